@@ -1,0 +1,229 @@
+// Package workload holds the read patterns the benchmark times, written
+// against any directory: a ferry mount, a local copy of the same bytes, or
+// another filesystem under test. Each one uses plain syscalls, as a
+// training data loader does, and reports bytes and elapsed time.
+//
+// A workload only reads. It must never write under the directory it
+// measures.
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Result is one timed run.
+type Result struct {
+	Bytes   int64
+	Ops     int64 // files opened, records read, or entries stat'ed
+	Elapsed time.Duration
+}
+
+// Rate is bytes per second.
+func (r Result) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Bytes) / r.Elapsed.Seconds()
+}
+
+// OpsRate is operations per second.
+func (r Result) OpsRate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Ops) / r.Elapsed.Seconds()
+}
+
+// Progress is told about bytes as they are read; may be nil.
+type Progress func(n int64)
+
+// Sequential reads each file whole, front to back, in bufSize reads;
+// streams files are read at once (one stream per file, files handed out
+// in order).
+func Sequential(ctx context.Context, root string, files []string, streams int, bufSize int, progress Progress) (Result, error) {
+	var total, ops atomic.Int64
+	start := time.Now()
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(streams, 1))
+	for _, name := range files {
+		g.Go(func() error {
+			f, err := os.Open(filepath.Join(root, name))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			buf := make([]byte, bufSize)
+			for ctx.Err() == nil {
+				n, err := f.Read(buf)
+				total.Add(int64(n))
+				if progress != nil && n > 0 {
+					progress(int64(n))
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			ops.Add(1)
+			return ctx.Err()
+		})
+	}
+	err := g.Wait()
+	return Result{Bytes: total.Load(), Ops: ops.Load(), Elapsed: time.Since(start)}, err
+}
+
+// Random reads count records of recordSize at uniformly random offsets of
+// uniformly chosen files (ArrayRecord-style shards), from readers
+// goroutines each issuing one synchronous pread at a time. The offsets
+// depend only on seed, so two targets see the same requests.
+func Random(ctx context.Context, root string, files []string, sizes []int64, readers, count int, recordSize int64, seed uint64, progress Progress) (Result, error) {
+	if len(files) == 0 || len(files) != len(sizes) {
+		return Result{}, errors.New("workload: random needs files with sizes")
+	}
+	handles := make([]*os.File, len(files))
+	for i, name := range files {
+		f, err := os.Open(filepath.Join(root, name))
+		if err != nil {
+			return Result{}, err
+		}
+		defer f.Close()
+		handles[i] = f
+	}
+	var total, ops atomic.Int64
+	start := time.Now()
+	g, ctx := errgroup.WithContext(ctx)
+	per := count / max(readers, 1)
+	for r := range max(readers, 1) {
+		g.Go(func() error {
+			rng := rand.New(rand.NewPCG(seed, uint64(r)))
+			buf := make([]byte, recordSize)
+			for range per {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				i := rng.IntN(len(files))
+				if sizes[i] < recordSize {
+					continue
+				}
+				off := rng.Int64N(sizes[i] - recordSize + 1)
+				n, err := handles[i].ReadAt(buf, off)
+				if err != nil && !(err == io.EOF && int64(n) == recordSize) {
+					return fmt.Errorf("%s at %d: %w", files[i], off, err)
+				}
+				total.Add(int64(n))
+				ops.Add(1)
+				if progress != nil {
+					progress(int64(n))
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return Result{Bytes: total.Load(), Ops: ops.Load(), Elapsed: time.Since(start)}, err
+}
+
+// SmallFiles lists dir (as a loader does before an epoch), then readers
+// goroutines each open, read whole and close files until all are read.
+func SmallFiles(ctx context.Context, root, dir string, readers int, progress Progress) (Result, error) {
+	start := time.Now()
+	entries, err := os.ReadDir(filepath.Join(root, dir))
+	if err != nil {
+		return Result{}, err
+	}
+	var total, ops atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(readers, 1))
+	var pool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		g.Go(func() error {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			bp := pool.Get().(*[]byte)
+			defer pool.Put(bp)
+			f, err := os.Open(filepath.Join(root, dir, e.Name()))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			for {
+				n, err := f.Read(*bp)
+				total.Add(int64(n))
+				if progress != nil && n > 0 {
+					progress(int64(n))
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", e.Name(), err)
+				}
+			}
+			ops.Add(1)
+			return nil
+		})
+	}
+	err = g.Wait()
+	return Result{Bytes: total.Load(), Ops: ops.Load(), Elapsed: time.Since(start)}, err
+}
+
+// Walk stats every entry under root/dir, as `find -ls` or `ls -lR` does.
+func Walk(ctx context.Context, root, dir string) (Result, error) {
+	start := time.Now()
+	var ops int64
+	err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if _, err := os.Lstat(p); err != nil {
+			return err
+		}
+		ops++
+		return nil
+	})
+	return Result{Ops: ops, Elapsed: time.Since(start)}, err
+}
+
+// ReadSample reads size bytes at off of root/name with one pread per
+// bufSize, for the MLPerf emulation's readers.
+func ReadSample(root, name string, off, size int64, buf []byte) (int64, error) {
+	f, err := os.Open(filepath.Join(root, name))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var done int64
+	for done < size {
+		want := min(int64(len(buf)), size-done)
+		n, err := f.ReadAt(buf[:want], off+done)
+		done += int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
