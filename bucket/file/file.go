@@ -1,0 +1,557 @@
+// Package file serves a local directory (a test fixture or NAS data) as a
+// bucket.Bucket and bucket.Writer. An object name is a path relative to
+// the root with "/" separators; a directory on disk is a prefix; the
+// version of an object is its size, mtime (ns) and inode.
+//
+// It must never touch anything outside the root: names with "..", ".",
+// empty components, NUL or a leading "/" are rejected before any system
+// call, and every access goes through an os.Root, which refuses symbolic
+// links that lead out of the root. Listings show only regular files and
+// directories and never follow symbolic links at all.
+package file
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"ferry/bucket"
+)
+
+var (
+	_ bucket.Bucket = (*Bucket)(nil)
+	_ bucket.Writer = (*Bucket)(nil)
+)
+
+// DefaultMaxResults is the page size when ListRequest.MaxResults is 0, and
+// the cap on larger requests (as on GCS and S3).
+const DefaultMaxResults = 1000
+
+// tempPrefix starts the names of Put's temporary files. Listings skip
+// them, so a half-written object is never seen.
+const tempPrefix = ".ferry-put-"
+
+// Bucket is a directory tree seen as a bucket. Safe for concurrent use.
+type Bucket struct {
+	// Constant data
+	dir  string   // absolute root, for Name()
+	root *os.Root // every file access goes through it
+
+	mu sync.Mutex
+	// lastMtime is the mtime given to the most recent Put. Put makes mtimes
+	// strictly increasing so that two quick writes of the same size, which
+	// may reuse a freed inode, still get different versions.
+	lastMtime time.Time // GUARDED_BY(mu)
+}
+
+// New opens dir (which must exist) as a bucket.
+func New(dir string) (*Bucket, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("file: %q: %w: %w", dir, bucket.ErrInvalid, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, mapErr(context.Background(), "open", abs, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("file: %q is not a directory: %w", abs, bucket.ErrInvalid)
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, mapErr(context.Background(), "open", abs, err)
+	}
+	learnPathEscapes(root)
+	return &Bucket{dir: abs, root: root}, nil
+}
+
+// Close releases the root directory handle. The bucket must not be used
+// afterwards.
+func (b *Bucket) Close() error { return b.root.Close() }
+
+// Name implements bucket.Bucket.
+func (b *Bucket) Name() string { return "file://" + b.dir }
+
+// checkName reports whether name is a safe object path: relative, with no
+// empty, "." or ".." components and no NUL. A trailing "/" (a directory
+// marker in GCS terms) is allowed only if marker is set; the caller decides
+// what it means.
+func checkName(name string, marker bool) error {
+	if marker {
+		name = strings.TrimSuffix(name, "/")
+	}
+	if name == "" {
+		return fmt.Errorf("empty object name: %w", bucket.ErrInvalid)
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("object name contains NUL: %w", bucket.ErrInvalid)
+	}
+	for c := range strings.SplitSeq(name, "/") {
+		switch c {
+		case "":
+			return fmt.Errorf("object name %q has an empty component or leading '/': %w", name, bucket.ErrInvalid)
+		case ".", "..":
+			return fmt.Errorf("object name %q has a %q component: %w", name, c, bucket.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// errPathEscapes is the error os.Root returns for a path that leads out of
+// the root (through a symbolic link); os does not export it, so New learns
+// it by asking for "..", which our own name checks never let through.
+var (
+	errPathEscapesOnce sync.Once
+	errPathEscapes     error
+)
+
+func learnPathEscapes(root *os.Root) {
+	errPathEscapesOnce.Do(func() {
+		_, err := root.Lstat("..")
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			errPathEscapes = pe.Err
+		}
+	})
+}
+
+// mapErr translates an os error into the bucket sentinels, keeping the
+// original for logs.
+func mapErr(ctx context.Context, op, name string, err error) error {
+	var sentinel error
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR),
+		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP),
+		errPathEscapes != nil && errors.Is(err, errPathEscapes):
+		// A link out of the root is, for the bucket, nothing.
+		sentinel = bucket.ErrNotFound
+	case errors.Is(err, fs.ErrPermission): // EACCES, EPERM
+		sentinel = bucket.ErrPermission
+	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.ESTALE), errors.Is(err, syscall.ETIMEDOUT),
+		errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
+		// What a flaky NAS mount returns; worth another try.
+		sentinel = bucket.ErrUnavailable
+	}
+	if sentinel != nil {
+		err = fmt.Errorf("file: %s %q: %w: %w", op, name, sentinel, err)
+	} else {
+		err = fmt.Errorf("file: %s %q: %w", op, name, err)
+	}
+	return bucket.ContextError(ctx, err)
+}
+
+func ctxErr(ctx context.Context, op, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("file: %s %q: %w", op, name, bucket.ContextError(ctx, err))
+	}
+	return nil
+}
+
+func notFound(op, name, why string) error {
+	return fmt.Errorf("file: %s %q: %s: %w", op, name, why, bucket.ErrNotFound)
+}
+
+// version is the opaque version string: size-mtime(ns)-inode.
+func version(fi fs.FileInfo) string {
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	return fmt.Sprintf("%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), ino)
+}
+
+func toObject(name string, fi fs.FileInfo) *bucket.Object {
+	return &bucket.Object{
+		Name:    name,
+		Size:    uint64(fi.Size()),
+		Version: version(fi),
+		Updated: fi.ModTime(),
+	}
+}
+
+// Stat implements bucket.Bucket. Only regular files are objects; a
+// directory, a symbolic link or a name ending in "/" is ErrNotFound.
+func (b *Bucket) Stat(ctx context.Context, req *bucket.StatRequest) (*bucket.Object, error) {
+	if err := ctxErr(ctx, "stat", req.Name); err != nil {
+		return nil, err
+	}
+	if err := checkName(req.Name, true); err != nil {
+		return nil, fmt.Errorf("file: stat: %w", err)
+	}
+	if strings.HasSuffix(req.Name, "/") {
+		return nil, notFound("stat", req.Name, "directories are not objects")
+	}
+	fi, err := b.root.Lstat(req.Name)
+	if err != nil {
+		return nil, mapErr(ctx, "stat", req.Name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notFound("stat", req.Name, "not a regular file")
+	}
+	return toObject(req.Name, fi), nil
+}
+
+// NewRangeReader implements bucket.Bucket. The version is checked on the
+// opened descriptor (fstat), so a file replaced between Stat and open is
+// detected, and again after every read, so bytes of a file rewritten in
+// place while being read are never returned.
+func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (io.ReadCloser, error) {
+	if err := ctxErr(ctx, "read", req.Name); err != nil {
+		return nil, err
+	}
+	if err := checkName(req.Name, true); err != nil {
+		return nil, fmt.Errorf("file: read: %w", err)
+	}
+	if req.Range.Start > req.Range.Limit {
+		return nil, fmt.Errorf("file: read %q %v: %w", req.Name, req.Range, bucket.ErrInvalid)
+	}
+	if strings.HasSuffix(req.Name, "/") {
+		return nil, notFound("read", req.Name, "directories are not objects")
+	}
+	// A symbolic link is not an object (os.Root would follow it, within
+	// the root). If the name is swapped for a link after this check, the
+	// worst case is reading a file inside the root.
+	lfi, err := b.root.Lstat(req.Name)
+	if err != nil {
+		return nil, mapErr(ctx, "read", req.Name, err)
+	}
+	if !lfi.Mode().IsRegular() {
+		return nil, notFound("read", req.Name, "not a regular file")
+	}
+	// O_NONBLOCK: never hang opening a FIFO swapped in after the check.
+	f, err := b.root.OpenFile(req.Name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, mapErr(ctx, "read", req.Name, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, mapErr(ctx, "read", req.Name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, notFound("read", req.Name, "not a regular file")
+	}
+	v := version(fi)
+	if req.Version != "" && req.Version != v {
+		f.Close()
+		return nil, fmt.Errorf("file: read %q: version %s is now %s: %w", req.Name, req.Version, v, bucket.ErrPrecondition)
+	}
+	r := req.Range.Clip(uint64(fi.Size()))
+	return &reader{ctx: ctx, f: f, name: req.Name, version: v, off: int64(r.Start), end: int64(r.Limit)}, nil
+}
+
+// reader reads [off, end) of one open file. Used by one goroutine at a
+// time, as io.Reader requires.
+type reader struct {
+	ctx     context.Context
+	f       *os.File
+	name    string
+	version string // at open
+	off     int64
+	end     int64
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	if err := ctxErr(r.ctx, "read", r.name); err != nil {
+		return 0, err
+	}
+	if r.off >= r.end {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > r.end-r.off {
+		p = p[:r.end-r.off]
+	}
+	n, err := r.f.ReadAt(p, r.off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, mapErr(r.ctx, "read", r.name, err)
+	}
+	// Check after reading: a change that landed before or during the
+	// pread shows in the mtime or size now.
+	fi, serr := r.f.Stat()
+	if serr != nil {
+		return 0, mapErr(r.ctx, "read", r.name, serr)
+	}
+	if v := version(fi); v != r.version {
+		return 0, fmt.Errorf("file: read %q: changed while reading (version %s is now %s): %w",
+			r.name, r.version, v, bucket.ErrPrecondition)
+	}
+	if n < len(p) {
+		// Same version but fewer bytes than it had: the body ended early.
+		return 0, fmt.Errorf("file: read %q at %d: %w: %w", r.name, r.off, bucket.ErrUnavailable, io.ErrUnexpectedEOF)
+	}
+	r.off += int64(n)
+	return n, nil
+}
+
+func (r *reader) Close() error { return r.f.Close() }
+
+// List implements bucket.Bucket for the delimiters "/" (one directory) and
+// "" (the whole tree under the prefix). A sub-directory is a prefix even
+// when it is empty. The continuation token is the last name or prefix
+// returned.
+func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Listing, error) {
+	if err := ctxErr(ctx, "list", req.Prefix); err != nil {
+		return nil, err
+	}
+	if req.Delimiter != "" && req.Delimiter != "/" {
+		return nil, fmt.Errorf("file: list %q: delimiter %q: only \"/\" and \"\" are supported: %w",
+			req.Prefix, req.Delimiter, bucket.ErrInvalid)
+	}
+	if req.MaxResults < 0 {
+		return nil, fmt.Errorf("file: list %q: MaxResults %d: %w", req.Prefix, req.MaxResults, bucket.ErrInvalid)
+	}
+	limit := req.MaxResults
+	if limit == 0 || limit > DefaultMaxResults {
+		limit = DefaultMaxResults
+	}
+	// The prefix splits into a directory and the start of names in it.
+	dir, partial := "", req.Prefix
+	if i := strings.LastIndexByte(req.Prefix, '/'); i >= 0 {
+		dir, partial = req.Prefix[:i+1], req.Prefix[i+1:]
+		if err := checkName(dir, true); err != nil {
+			return nil, fmt.Errorf("file: list: %w", err)
+		}
+	}
+	l := &bucket.Listing{Objects: []bucket.Object{}, Prefixes: []string{}}
+	w := &walker{
+		ctx:     ctx,
+		b:       b,
+		token:   req.ContinuationToken,
+		limit:   limit,
+		listing: l,
+		flat:    req.Delimiter == "",
+	}
+	if err := w.dir(dir, partial); err != nil {
+		if errors.Is(err, bucket.ErrNotFound) {
+			// A prefix with nothing under it is an empty listing.
+			return &bucket.Listing{Objects: []bucket.Object{}, Prefixes: []string{}}, nil
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// walker produces one page of a listing in lexical order of names.
+type walker struct {
+	ctx     context.Context
+	b       *Bucket
+	token   string
+	limit   int
+	listing *bucket.Listing
+	flat    bool
+	last    string // the last entry added
+	full    bool   // the page is full and another entry exists
+}
+
+type entry struct {
+	key   string // object name, or prefix ending in "/"
+	isDir bool
+}
+
+// dir lists directory dir ("" for the root, else ending in "/"), keeping
+// the entries whose name starts with partial. It stops when the page is
+// full.
+func (w *walker) dir(dir, partial string) error {
+	if err := ctxErr(w.ctx, "list", dir); err != nil {
+		return err
+	}
+	name := strings.TrimSuffix(dir, "/")
+	if name == "" {
+		name = "."
+	}
+	if name != "." {
+		// Listings never follow a symbolic link, not even inside the root.
+		fi, err := w.b.root.Lstat(name)
+		if err != nil {
+			return mapErr(w.ctx, "list", dir, err)
+		}
+		if !fi.IsDir() {
+			return notFound("list", dir, "not a directory")
+		}
+	}
+	f, err := w.b.root.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return mapErr(w.ctx, "list", dir, err)
+	}
+	des, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return mapErr(w.ctx, "list", dir, err)
+	}
+	entries := make([]entry, 0, len(des))
+	for _, de := range des {
+		n := de.Name()
+		if !strings.HasPrefix(n, partial) || strings.HasPrefix(n, tempPrefix) {
+			continue
+		}
+		switch t := de.Type(); {
+		case t.IsDir():
+			entries = append(entries, entry{key: dir + n + "/", isDir: true})
+		case t.IsRegular():
+			entries = append(entries, entry{key: dir + n})
+		}
+		// Symbolic links, devices, sockets and FIFOs are not objects.
+	}
+	// Sorting by key ("a/" for a directory) gives the store's byte order:
+	// "a-b" < "a/x" < "a0".
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+
+	for _, e := range entries {
+		if w.token != "" && e.key <= w.token && !(w.flat && e.isDir && strings.HasPrefix(w.token, e.key)) {
+			// Entirely before the token. (A directory the token is inside
+			// is walked, in flat mode, to find the names after it.)
+			continue
+		}
+		if e.isDir && w.flat {
+			if err := w.dir(e.key, ""); err != nil {
+				if errors.Is(err, bucket.ErrNotFound) {
+					continue // removed while listing
+				}
+				return err
+			}
+			if w.full {
+				return nil
+			}
+			continue
+		}
+		if len(w.listing.Objects)+len(w.listing.Prefixes) == w.limit {
+			w.full = true
+			w.listing.ContinuationToken = w.last
+			return nil
+		}
+		if e.isDir {
+			w.listing.Prefixes = append(w.listing.Prefixes, e.key)
+		} else {
+			fi, err := w.b.root.Lstat(e.key)
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // removed while listing
+				}
+				return mapErr(w.ctx, "list", e.key, err)
+			}
+			if !fi.Mode().IsRegular() {
+				continue
+			}
+			w.listing.Objects = append(w.listing.Objects, *toObject(e.key, fi))
+		}
+		w.last = e.key
+	}
+	return nil
+}
+
+// Put implements bucket.Writer: the data goes to a temporary file in the
+// target directory, which is then renamed over the name, so readers see
+// the old or the new file, never a mix. Directories are created as
+// needed. Names ending in "/" (markers) cannot be stored: ErrInvalid.
+func (b *Bucket) Put(ctx context.Context, req *bucket.PutRequest) (*bucket.Object, error) {
+	if err := ctxErr(ctx, "put", req.Name); err != nil {
+		return nil, err
+	}
+	if err := checkName(req.Name, false); err != nil {
+		return nil, fmt.Errorf("file: put: %w", err)
+	}
+	dir := ""
+	if i := strings.LastIndexByte(req.Name, '/'); i >= 0 {
+		dir = req.Name[:i+1]
+		if err := b.root.MkdirAll(dir[:i], 0o755); err != nil {
+			return nil, putErr(ctx, req.Name, err)
+		}
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := dir + tempPrefix + hex.EncodeToString(rnd[:])
+	f, err := b.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, putErr(ctx, req.Name, err)
+	}
+	_, err = f.Write(req.Data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		mtime := b.nextMtime()
+		err = b.root.Chtimes(tmp, mtime, mtime)
+	}
+	if err == nil {
+		err = b.root.Rename(tmp, req.Name)
+	}
+	if err != nil {
+		b.root.Remove(tmp)
+		return nil, putErr(ctx, req.Name, err)
+	}
+	fi, err := b.root.Lstat(req.Name)
+	if err != nil {
+		return nil, mapErr(ctx, "put", req.Name, err)
+	}
+	return toObject(req.Name, fi), nil
+}
+
+// putErr maps a failed write; a name that a directory tree cannot hold
+// (a file where a directory is needed, or the reverse, or a component
+// over 255 bytes) is ErrInvalid.
+func putErr(ctx context.Context, name string, err error) error {
+	if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR) || errors.Is(err, fs.ErrExist) ||
+		errors.Is(err, syscall.ENAMETOOLONG) {
+		return bucket.ContextError(ctx, fmt.Errorf("file: put %q: %w: %w", name, bucket.ErrInvalid, err))
+	}
+	return mapErr(ctx, "put", name, err)
+}
+
+// nextMtime returns now, or just after the previous Put's mtime if the
+// clock has not moved on.
+func (b *Bucket) nextMtime() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := time.Now().Round(0)
+	if !t.After(b.lastMtime) {
+		t = b.lastMtime.Add(time.Microsecond)
+	}
+	b.lastMtime = t
+	return t
+}
+
+// Delete implements bucket.Writer. Directories left empty are removed, as
+// a prefix disappears from a store when its last object goes.
+func (b *Bucket) Delete(ctx context.Context, name string) error {
+	if err := ctxErr(ctx, "delete", name); err != nil {
+		return err
+	}
+	if err := checkName(name, true); err != nil {
+		return fmt.Errorf("file: delete: %w", err)
+	}
+	if strings.HasSuffix(name, "/") {
+		return notFound("delete", name, "directories are not objects")
+	}
+	fi, err := b.root.Lstat(name)
+	if err != nil {
+		return mapErr(ctx, "delete", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return notFound("delete", name, "not a regular file")
+	}
+	if err := b.root.Remove(name); err != nil {
+		return mapErr(ctx, "delete", name, err)
+	}
+	for dir := name; ; {
+		i := strings.LastIndexByte(dir, '/')
+		if i < 0 {
+			return nil
+		}
+		dir = dir[:i]
+		if b.root.Remove(dir) != nil {
+			return nil // not empty (or gone): stop
+		}
+	}
+}

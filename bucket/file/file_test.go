@@ -1,0 +1,287 @@
+package file
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+	"ferry/bucket/buckettest"
+)
+
+func TestConformance(t *testing.T) {
+	buckettest.Run(t, func(t *testing.T) (bucket.Bucket, bucket.Writer) {
+		return newBucket(t, t.TempDir())
+	})
+}
+
+func newBucket(t *testing.T, dir string) (*Bucket, *Bucket) {
+	t.Helper()
+	b, err := New(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	return b, b
+}
+
+func readAll(t *testing.T, b *Bucket, req *bucket.ReadRequest) ([]byte, error) {
+	t.Helper()
+	r, err := b.NewRangeReader(t.Context(), req)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+func TestNewRejectsNonDirectory(t *testing.T) {
+	dir := t.TempDir()
+	_, err := New(filepath.Join(dir, "missing"))
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), nil, 0o644))
+	_, err = New(filepath.Join(dir, "f"))
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
+}
+
+// TestNoEscape proves that no name reaches outside the root: a secret file
+// next to the root can be neither read, stat'ed, listed, overwritten nor
+// deleted.
+func TestNoEscape(t *testing.T) {
+	parent := t.TempDir()
+	root := filepath.Join(parent, "root")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "sub"), 0o755))
+	secret := filepath.Join(parent, "x")
+	require.NoError(t, os.WriteFile(secret, []byte("secret"), 0o644))
+	// A symbolic link inside the root that points out of it.
+	require.NoError(t, os.Symlink(secret, filepath.Join(root, "link")))
+	require.NoError(t, os.Symlink(parent, filepath.Join(root, "sub", "dirlink")))
+	b, w := newBucket(t, root)
+	ctx := t.Context()
+
+	bad := []string{
+		"../x", "sub/../../x", "./../x", "/" + secret, secret, "sub//x", "sub/./x", "..", ".", "", "/",
+		"x\x00", "sub/dirlink/x", "sub/dirlink/root/sub/../../x",
+	}
+	// The link itself is not an object. (Put may replace the link with a
+	// file: that happens inside the root.)
+	_, err := b.Stat(ctx, &bucket.StatRequest{Name: "link"})
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+	got, err := readAll(t, b, &bucket.ReadRequest{Name: "link", Range: bucket.ByteRange{Limit: 100}})
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+	assert.Empty(t, got)
+	for _, name := range bad {
+		_, err := b.Stat(ctx, &bucket.StatRequest{Name: name})
+		assert.True(t, isInvalidOrNotFound(err), "Stat(%q): %v", name, err)
+		got, err := readAll(t, b, &bucket.ReadRequest{Name: name, Range: bucket.ByteRange{Limit: 100}})
+		assert.True(t, isInvalidOrNotFound(err), "read(%q): %v", name, err)
+		assert.Empty(t, got)
+		_, err = w.Put(ctx, &bucket.PutRequest{Name: name, Data: []byte("pwned")})
+		assert.Error(t, err, "Put(%q)", name)
+		err = w.Delete(ctx, name)
+		assert.True(t, isInvalidOrNotFound(err), "Delete(%q): %v", name, err)
+	}
+	var l *bucket.Listing
+	var data []byte
+	for _, prefix := range []string{"../", "sub/../../", "/", "link/", "sub/dirlink/", "sub/dirlink/root/"} {
+		for _, delim := range []string{"/", ""} {
+			l, err = b.List(ctx, &bucket.ListRequest{Prefix: prefix, Delimiter: delim})
+			if err == nil {
+				assert.Empty(t, l.Objects, "List(%q)", prefix)
+				assert.Empty(t, l.Prefixes, "List(%q)", prefix)
+			} else {
+				assert.ErrorIs(t, err, bucket.ErrInvalid, "List(%q)", prefix)
+			}
+		}
+	}
+	data, err = os.ReadFile(secret)
+	require.NoError(t, err)
+	assert.Equal(t, "secret", string(data), "the file outside the root changed")
+	entries, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	assert.Len(t, entries, 2, "something was created next to the root")
+
+	// Symbolic links are not listed.
+	l, err = b.List(ctx, &bucket.ListRequest{Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Empty(t, l.Objects)
+	assert.Equal(t, []string{"sub/"}, l.Prefixes)
+	l, err = b.List(ctx, &bucket.ListRequest{})
+	require.NoError(t, err)
+	assert.Empty(t, l.Objects)
+}
+
+func isInvalidOrNotFound(err error) bool {
+	return errors.Is(err, bucket.ErrInvalid) || errors.Is(err, bucket.ErrNotFound)
+}
+
+func TestSymlinkInsideRootNotAnObject(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "real"), []byte("data"), 0o644))
+	require.NoError(t, os.Symlink("real", filepath.Join(dir, "alias")))
+	b, _ := newBucket(t, dir)
+	_, err := b.Stat(t.Context(), &bucket.StatRequest{Name: "alias"})
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+	_, err = readAll(t, b, &bucket.ReadRequest{Name: "alias", Range: bucket.ByteRange{Limit: 4}})
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+}
+
+func TestListSkipsNonRegularAndTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "file"), []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, tempPrefix+"abc"), []byte("half"), 0o644))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "empty"), 0o755))
+	b, _ := newBucket(t, dir)
+
+	l, err := b.List(t.Context(), &bucket.ListRequest{Delimiter: "/"})
+	require.NoError(t, err)
+	require.Len(t, l.Objects, 1)
+	assert.Equal(t, "file", l.Objects[0].Name)
+	assert.Equal(t, []string{"empty/"}, l.Prefixes, "a directory on disk is a prefix, even empty")
+
+	_, err = b.Stat(t.Context(), &bucket.StatRequest{Name: "fifo"})
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+	_, err = readAll(t, b, &bucket.ReadRequest{Name: "fifo", Range: bucket.ByteRange{Limit: 4}})
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+	_, err = b.Stat(t.Context(), &bucket.StatRequest{Name: "empty"})
+	assert.ErrorIs(t, err, bucket.ErrNotFound)
+}
+
+func TestPinnedReadDetectsReplacedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "obj")
+	require.NoError(t, os.WriteFile(path, []byte("old content"), 0o644))
+	b, _ := newBucket(t, dir)
+	o, err := b.Stat(t.Context(), &bucket.StatRequest{Name: "obj"})
+	require.NoError(t, err)
+
+	// Replaced behind the bucket's back, same size, mtime forced equal:
+	// only the inode tells.
+	tmp := filepath.Join(dir, "tmp")
+	require.NoError(t, os.WriteFile(tmp, []byte("NEW CONTENT"), 0o644))
+	require.NoError(t, os.Chtimes(tmp, o.Updated, o.Updated))
+	require.NoError(t, os.Rename(tmp, path))
+
+	got, err := readAll(t, b, &bucket.ReadRequest{Name: "obj", Version: o.Version, Range: bucket.ByteRange{Limit: 11}})
+	assert.ErrorIs(t, err, bucket.ErrPrecondition)
+	assert.Empty(t, got)
+}
+
+func TestReadDetectsInPlaceRewrite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "obj")
+	require.NoError(t, os.WriteFile(path, []byte("aaaaaaaaaa"), 0o644))
+	b, _ := newBucket(t, dir)
+	r, err := b.NewRangeReader(t.Context(), &bucket.ReadRequest{Name: "obj", Range: bucket.ByteRange{Limit: 10}})
+	require.NoError(t, err)
+	defer r.Close()
+	buf := make([]byte, 5)
+	_, err = io.ReadFull(r, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "aaaaa", string(buf))
+
+	// Same inode, same size, new bytes and mtime.
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("bbbbbbbbbb"), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	later := fi.ModTime().Add(1e9)
+	require.NoError(t, os.Chtimes(path, later, later))
+
+	n, err := r.Read(buf)
+	assert.ErrorIs(t, err, bucket.ErrPrecondition)
+	assert.Zero(t, n)
+}
+
+func TestReadDetectsTruncation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "obj")
+	require.NoError(t, os.WriteFile(path, []byte("0123456789"), 0o644))
+	b, _ := newBucket(t, dir)
+	r, err := b.NewRangeReader(t.Context(), &bucket.ReadRequest{Name: "obj", Range: bucket.ByteRange{Limit: 10}})
+	require.NoError(t, err)
+	defer r.Close()
+	require.NoError(t, os.Truncate(path, 3))
+	got, err := io.ReadAll(r)
+	assert.ErrorIs(t, err, bucket.ErrPrecondition)
+	assert.Empty(t, got)
+}
+
+func TestPutIsAtomicAndLeavesNoTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	b, w := newBucket(t, dir)
+	for i := range 3 {
+		_, err := w.Put(t.Context(), &bucket.PutRequest{Name: "a/b/obj", Data: []byte{byte(i)}})
+		require.NoError(t, err)
+	}
+	var files []string
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			files = append(files, rel)
+		}
+		return err
+	}))
+	assert.Equal(t, []string{"a/b/obj"}, files)
+	got, err := readAll(t, b, &bucket.ReadRequest{Name: "a/b/obj", Range: bucket.ByteRange{Limit: 10}})
+	require.NoError(t, err)
+	assert.Equal(t, []byte{2}, got)
+
+	// Deleting the last object removes the directories it left empty.
+	require.NoError(t, w.Delete(t.Context(), "a/b/obj"))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+}
+
+func TestPutUnrepresentableNames(t *testing.T) {
+	b, w := newBucket(t, t.TempDir())
+	_, err := w.Put(t.Context(), &bucket.PutRequest{Name: "x"})
+	require.NoError(t, err)
+	for _, name := range []string{"x/y", "marker/", string(make([]byte, 300))} {
+		_, err := w.Put(t.Context(), &bucket.PutRequest{Name: name})
+		assert.ErrorIs(t, err, bucket.ErrInvalid, "Put(%q)", name)
+	}
+	_, err = w.Put(t.Context(), &bucket.PutRequest{Name: "d/e"})
+	require.NoError(t, err)
+	_, err = w.Put(t.Context(), &bucket.PutRequest{Name: "d"})
+	assert.ErrorIs(t, err, bucket.ErrInvalid, "a file over a directory")
+	_, err = b.Stat(t.Context(), &bucket.StatRequest{Name: "d/e"})
+	assert.NoError(t, err)
+}
+
+func TestPermissionDenied(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root ignores file permissions; see TestMapErr")
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "locked"), []byte("x"), 0o000))
+	b, _ := newBucket(t, dir)
+	_, err := readAll(t, b, &bucket.ReadRequest{Name: "locked", Range: bucket.ByteRange{Limit: 1}})
+	assert.ErrorIs(t, err, bucket.ErrPermission)
+}
+
+func TestMapErr(t *testing.T) {
+	for errno, want := range map[syscall.Errno]error{
+		syscall.ENOENT:       bucket.ErrNotFound,
+		syscall.ENOTDIR:      bucket.ErrNotFound,
+		syscall.EACCES:       bucket.ErrPermission,
+		syscall.EPERM:        bucket.ErrPermission,
+		syscall.EIO:          bucket.ErrUnavailable,
+		syscall.ESTALE:       bucket.ErrUnavailable,
+		syscall.ENAMETOOLONG: bucket.ErrNotFound,
+	} {
+		err := mapErr(t.Context(), "stat", "n", &fs.PathError{Op: "stat", Path: "n", Err: errno})
+		assert.ErrorIs(t, err, want, "%v", errno)
+		assert.ErrorIs(t, err, errno, "the original stays visible")
+	}
+}
