@@ -1,0 +1,45 @@
+// Package filecache is ferry's persistent, range-aware cache of object
+// bytes on local disk: the reason every epoch after the first runs at SSD
+// speed.
+//
+// Each object version gets one sparse data file, named only by the SHA-256
+// of (bucket ID, object name, version, size), so an object name never
+// becomes a path and nothing is written outside Config.Dir. The file is cut
+// into fixed-size blocks; a bitmap says which blocks are present and a
+// CRC32C per block is checked on every read. A bbolt index (Dir/v1/index.db)
+// keeps bitmaps, CRCs and access times across restarts; entries are evicted
+// whole, least recently used first, to stay under MaxSize and above MinFree.
+//
+// Layout:
+//
+//	Dir/v1/index.db              bbolt index
+//	Dir/v1/data/ab/abcdef...     one sparse file per object version
+//
+// # Durability
+//
+// A block is written with pwrite, and only then marked present: at once in
+// memory, and durably by a batched index commit (every second, every
+// flushBlocks blocks, and at Close). Before each commit that records new
+// blocks, the data volume is flushed once with syncfs(2), so the index
+// never durably claims a block whose bytes are still only in the page
+// cache. We do not fsync per block: a datacenter SSD manages a few
+// thousand fsyncs a second, far below the block rate of one fast network
+// link, and a cache may lose work in a crash as long as it never serves
+// wrong bytes. kill -9 loses at most the last batch of index updates (the
+// blocks stay on disk as unreferenced space until they are rewritten);
+// a power cut on a disk that lies about flushes may leave a recorded block
+// with stale bytes, which the CRC check catches: the block is dropped,
+// counted as corrupt, and fetched again.
+//
+// One process owns a Dir at a time (the index is locked); Open fails if
+// Dir cannot be created or is locked, and the caller may then run without
+// a disk cache. Entries left by another BucketID in a shared Dir count
+// toward the limit and age out by LRU.
+//
+// # What it must never do
+//
+// Serve bytes that differ from what WriteBlocks was given for that object
+// version; write outside Dir; fail a read or a mount because the disk is
+// full, read-only, deleted or its index corrupt (it degrades to a miss and
+// logs once per kind of failure); hold its lock across disk I/O.
+package filecache

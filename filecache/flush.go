@@ -1,0 +1,149 @@
+package filecache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// flusher commits the index every flushInterval, or sooner when enough
+// blocks are waiting, until Close.
+func (s *Store) flusher() {
+	defer close(s.stopped)
+	t := time.NewTicker(flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		if err := s.flush(); err != nil {
+			s.logOnce("index commit", "cache index commit failed; will retry", "err", err)
+		}
+	}
+}
+
+type pendingPut struct {
+	e          *entry
+	key        []byte
+	meta       []byte // nil: only the access time changed
+	atime      [8]byte
+	writeAtime bool
+}
+
+// flush writes dirty entries and deletions to the index in one
+// transaction. New blocks are made durable (syncfs) before the commit
+// that records them. On failure the work is put back for the next try.
+func (s *Store) flush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+
+	s.mu.Lock()
+	dels := make([][]byte, 0, len(s.deleted))
+	for k := range s.deleted {
+		dels = append(dels, []byte(k))
+	}
+	clear(s.deleted)
+	puts := make([]pendingPut, 0, len(s.dirty))
+	for k, e := range s.dirty {
+		p := pendingPut{e: e, key: []byte(k)}
+		if e.metaDirty {
+			p.meta = encodeRecord(&record{
+				name: e.name, version: e.version, size: e.size, blockSize: s.blockSize,
+				bytes: e.bytes, present: e.present, crcs: e.crcs,
+			})
+		}
+		if e.atimeDirty || e.metaDirty {
+			p.writeAtime = true
+			binary.LittleEndian.PutUint64(p.atime[:], uint64(e.atime))
+		}
+		e.metaDirty, e.atimeDirty = false, false
+		puts = append(puts, p)
+	}
+	clear(s.dirty)
+	newBlocks := s.dirtyBlocks > 0
+	s.dirtyBlocks = 0
+	s.mu.Unlock()
+
+	if len(dels) == 0 && len(puts) == 0 {
+		return nil
+	}
+	var err error
+	if newBlocks {
+		// One syncfs covers every data file written since the last
+		// commit, where an fsync per file would cost one flush each.
+		if serr := s.hooks.syncData(s.dirFile); serr != nil {
+			err = fmt.Errorf("sync cache data: %w", serr)
+		}
+	}
+	if err == nil {
+		err = s.db.Update(func(tx *bolt.Tx) error {
+			eb, ab := tx.Bucket(entriesBucket), tx.Bucket(atimeBucket)
+			for _, k := range dels {
+				if err := eb.Delete(k); err != nil {
+					return err
+				}
+				if err := ab.Delete(k); err != nil {
+					return err
+				}
+			}
+			for _, p := range puts {
+				if p.meta != nil {
+					if err := eb.Put(p.key, p.meta); err != nil {
+						return err
+					}
+				}
+				if p.writeAtime {
+					if err := ab.Put(p.key, p.atime[:]); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	if err == nil {
+		s.mu.Lock()
+		for _, k := range dels {
+			if d := s.deleting[string(k)]; d != nil {
+				d.committed = true
+				if d.unlinked {
+					delete(s.deleting, string(k))
+				}
+			}
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Lock()
+	for _, k := range dels {
+		s.deleted[string(k)] = struct{}{}
+	}
+	for _, p := range puts {
+		if p.e.live {
+			p.e.metaDirty = p.e.metaDirty || p.meta != nil
+			p.e.atimeDirty = true
+			s.dirty[p.e.key] = p.e
+		}
+	}
+	if newBlocks {
+		s.dirtyBlocks++
+	}
+	s.mu.Unlock()
+	return fmt.Errorf("commit cache index: %w", err)
+}
+
+// logOnce logs msg the first time kind fails.
+func (s *Store) logOnce(kind, msg string, args ...any) {
+	s.mu.Lock()
+	first := !s.loggedKinds[kind]
+	s.loggedKinds[kind] = true
+	s.mu.Unlock()
+	if first {
+		s.log.Error(msg, args...)
+	}
+}

@@ -1,0 +1,189 @@
+package filecache
+
+import (
+	"context"
+	"hash/crc32"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+const testBS = 4096
+
+func obj(name string, size uint64) *bucket.Object {
+	return &bucket.Object{Name: name, Size: size, Version: "v1"}
+}
+
+// blockData is the deterministic content of block idx of o.
+func blockData(o *bucket.Object, idx, bs int64) []byte {
+	n := min(bs, int64(o.Size)-idx*bs)
+	h := fnv.New64a()
+	h.Write([]byte(o.Name + "\x00" + o.Version))
+	r := rand.New(rand.NewPCG(h.Sum64(), uint64(idx)))
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(r.Uint32())
+	}
+	return p
+}
+
+// blocksData is blocks [first, first+count) of o, clipped to its end.
+func blocksData(o *bucket.Object, first, count, bs int64) []byte {
+	var p []byte
+	for i := first; i < first+count && i*bs < int64(o.Size); i++ {
+		p = append(p, blockData(o, i, bs)...)
+	}
+	return p
+}
+
+// readOK reads block idx and, if the store says it has it, checks the
+// bytes. Returns whether it was a hit.
+func readOK(t *testing.T, s *Store, o *bucket.Object, idx int64) bool {
+	t.Helper()
+	want := blockData(o, idx, s.BlockSize())
+	p := make([]byte, len(want))
+	if !s.ReadBlock(o, idx, p) {
+		return false
+	}
+	require.Equal(t, want, p, "ReadBlock(%s, %d) returned wrong bytes", o.Name, idx)
+	return true
+}
+
+// recorder is a slog handler that keeps records, to check what is logged.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.Level >= slog.LevelError {
+		r.msgs = append(r.msgs, rec.Message)
+	}
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+func (r *recorder) errors() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.msgs...)
+}
+
+func openT(t *testing.T, cfg Config, h hooks) *Store {
+	t.Helper()
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = testBS
+	}
+	if cfg.MaxSize == 0 {
+		cfg.MaxSize = 64 << 20
+	}
+	if cfg.BucketID == "" {
+		cfg.BucketID = "mem://test"
+	}
+	s, err := open(cfg, h)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	s.checkInvariants(t)
+	return s
+}
+
+// checkInvariants verifies the store's INVARIANTs and that every block
+// the bitmap claims matches its CRC on disk. Call it when no operation
+// is in flight.
+func (s *Store) checkInvariants(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	var sum int64
+	var live []*entry
+	assert.Equal(t, len(s.entries), s.lru.Len(), "entries vs lru")
+	own := 0
+	for _, e := range s.entries {
+		if e.own {
+			own++
+		}
+	}
+	assert.Equal(t, own, len(s.byObj), "byObj holds exactly our entries")
+	for el := s.lru.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*entry)
+		assert.True(t, e.live)
+		assert.Same(t, e, s.entries[e.key])
+		if e.own {
+			assert.Same(t, e, s.byObj[objKey{e.name, e.version, e.size}])
+		}
+		assert.Equal(t, 0, e.pins, "pins with nothing in flight")
+		sum += e.bytes
+		assert.Len(t, e.crcs, int(e.nblocks))
+		assert.Len(t, e.present, int((e.nblocks+63)/64))
+		for i := int64(0); i < int64(len(e.present))*64; i++ {
+			if i >= e.nblocks {
+				assert.False(t, e.present.get(i), "bit past the end")
+			} else if !e.present.get(i) {
+				assert.Zero(t, e.crcs[i], "crc of an absent block")
+			}
+		}
+		live = append(live, e)
+	}
+	for el := s.open.Front(); el != nil; el = el.Next() {
+		assert.NotNil(t, el.Value.(*entry).file)
+	}
+	assert.LessOrEqual(t, s.open.Len(), s.hooks.maxOpen)
+	assert.Equal(t, sum, s.used, "used == sum of entry bytes")
+	assert.Zero(t, s.reserved)
+	for k, d := range s.deleting {
+		assert.NotContains(t, s.entries, k)
+		assert.True(t, d.unlinked, "nothing pinned, so every evicted file is unlinked")
+		assert.False(t, d.committed, "committed and unlinked deletions are done")
+	}
+	assert.Zero(t, s.pendingFree)
+	type blk struct {
+		e   *entry
+		idx int64
+		crc uint32
+	}
+	var blks []blk
+	for _, e := range live {
+		for i := int64(0); i < e.nblocks; i++ {
+			if e.present.get(i) {
+				blks = append(blks, blk{e, i, e.crcs[i]})
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range blks {
+		f, err := os.Open(b.e.path)
+		if !assert.NoError(t, err) {
+			continue
+		}
+		n := min(s.blockSize, int64(b.e.size)-b.idx*s.blockSize)
+		p := make([]byte, n)
+		_, err = f.ReadAt(p, b.idx*s.blockSize)
+		f.Close()
+		assert.NoError(t, err)
+		assert.Equal(t, b.crc, crc32.Checksum(p, castagnoli), "crc of %s block %d", b.e.name, b.idx)
+	}
+}
+
+// du is what the data files really occupy.
+func du(t *testing.T, dir string) int64 {
+	var n int64
+	filepath.Walk(filepath.Join(dir, "v1", "data"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		}
+		return nil
+	})
+	return n
+}

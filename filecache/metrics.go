@@ -1,0 +1,40 @@
+package filecache
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// registerMetrics exposes the store's counters; they read the same
+// atomics Stats does, so the two never disagree.
+func (s *Store) registerMetrics() error {
+	if s.reg == nil {
+		return nil
+	}
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
+	}
+	gauge := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
+	}
+	cs := []prometheus.Collector{
+		counter("ferry_cache_hits_bytes_total", "Bytes served from the local cache.", s.hitBytes.Load),
+		counter("ferry_cache_misses_bytes_total", "Bytes asked of the local cache and not found there.", s.missBytes.Load),
+		counter("ferry_cache_evictions_total", "Cache entries (object versions) evicted.", s.evictions.Load),
+		counter("ferry_cache_corrupt_blocks_total", "Cached blocks dropped because they failed their CRC32C.", s.corrupt.Load),
+		counter("ferry_cache_write_errors_total", "Failed writes to the cache directory.", s.writeErrors.Load),
+		gauge("ferry_cache_used_bytes", "Disk space used by cached data.", func() int64 { return s.Stats().UsedBytes }),
+		gauge("ferry_cache_limit_bytes", "Cache size limit.", func() int64 { return s.limit }),
+	}
+	for i, c := range cs {
+		if err := s.reg.Register(c); err != nil {
+			for _, r := range cs[:i] {
+				s.reg.Unregister(r)
+			}
+			return fmt.Errorf("register cache metrics: %w", err)
+		}
+	}
+	s.metrics = cs
+	return nil
+}

@@ -1,0 +1,142 @@
+package filecache
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+// TestRandomOperations drives the store with random reads, writes,
+// corruptions and reopens under a small cap and checks the invariants
+// after every step, plus a model: a block is present only if it was
+// written and not since evicted, corrupted or dropped.
+func TestRandomOperations(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 99))
+			dir := t.TempDir()
+			cfg := Config{Dir: dir, MaxSize: 24 * testBS}
+			h := hooks{maxOpen: 3}
+			s := openT(t, cfg, h)
+			var objs []*bucket.Object
+			for i := 0; i < 8; i++ {
+				objs = append(objs, obj(fmt.Sprintf("o%d", i), uint64(r.IntN(10*testBS)+1)))
+			}
+			// written[o][i]: written since the last loss we know of.
+			written := map[*bucket.Object]map[int64]bool{}
+			for _, o := range objs {
+				written[o] = map[int64]bool{}
+			}
+			for step := 0; step < 300; step++ {
+				o := objs[r.IntN(len(objs))]
+				nb := numBlocks(o.Size, testBS)
+				switch op := r.IntN(10); {
+				case op < 4:
+					first := r.Int64N(nb)
+					count := r.Int64N(min(4, nb-first)) + 1
+					n := s.WriteBlocks(o, first, blocksData(o, first, count, testBS))
+					require.LessOrEqual(t, int64(n), count)
+					for i := first; i < first+int64(n); i++ {
+						written[o][i] = true
+					}
+				case op < 8:
+					idx := r.Int64N(nb)
+					if readOK(t, s, o, idx) {
+						require.True(t, written[o][idx], "a block never written was served")
+					}
+				case op < 9:
+					// Corrupt one present block on disk.
+					s.mu.Lock()
+					e := s.entries[s.keyFor(o)]
+					var path string
+					var idx int64 = -1
+					if e != nil {
+						path = e.path
+						for i := int64(0); i < e.nblocks; i++ {
+							if e.present.get(i) {
+								idx = i
+							}
+						}
+					}
+					s.mu.Unlock()
+					if idx >= 0 {
+						f, err := os.OpenFile(path, os.O_RDWR, 0)
+						require.NoError(t, err)
+						_, err = f.WriteAt([]byte{byte(r.Uint32()) | 1, 0xff}, idx*testBS)
+						require.NoError(t, err)
+						f.Close()
+						assert.False(t, readOK(t, s, o, idx))
+						assert.False(t, s.HasBlock(o, idx))
+						written[o][idx] = false
+					}
+				default:
+					require.NoError(t, s.Close())
+					s = openT(t, cfg, h)
+				}
+				s.checkInvariants(t)
+				require.LessOrEqual(t, s.Stats().UsedBytes, cfg.MaxSize)
+				// Present implies written.
+				for _, o := range objs {
+					for i := int64(0); i < numBlocks(o.Size, testBS); i++ {
+						if s.HasBlock(o, i) {
+							require.True(t, written[o][i], "%s block %d present but not written", o.Name, i)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestConcurrentReadWriteEvict races readers and writers on a cache far
+// too small for the working set, with few file descriptors, under -race.
+// Every hit must be byte-correct.
+func TestConcurrentReadWriteEvict(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir, MaxSize: 16 * testBS}, hooks{maxOpen: 2})
+	var objs []*bucket.Object
+	for i := 0; i < 6; i++ {
+		objs = append(objs, obj(fmt.Sprintf("o%d", i), 8*testBS-100))
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	hits := 0
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, 7))
+			for i := 0; i < 300; i++ {
+				o := objs[r.IntN(len(objs))]
+				idx := r.Int64N(8)
+				if r.IntN(2) == 0 {
+					s.WriteBlocks(o, idx, blocksData(o, idx, 2, testBS))
+					continue
+				}
+				want := blockData(o, idx, testBS)
+				p := make([]byte, len(want))
+				if s.ReadBlock(o, idx, p) {
+					if !assert.Equal(t, want, p) {
+						return
+					}
+					mu.Lock()
+					hits++
+					mu.Unlock()
+				}
+			}
+		}(uint64(g))
+	}
+	wg.Wait()
+	t.Logf("hits: %d, stats: %+v", hits, s.Stats())
+	assert.Positive(t, hits)
+	assert.Positive(t, s.Stats().Evictions)
+	s.checkInvariants(t)
+	assert.LessOrEqual(t, s.Stats().UsedBytes, int64(16*testBS))
+}

@@ -1,0 +1,936 @@
+package filecache
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+
+	"ferry/bucket"
+)
+
+// DefaultBlockSize is 64 KiB. A 512 KiB record at a random offset touches
+// on average record/block + 1 blocks, so the bytes fetched per byte read
+// are (512 + 64) / 512 = 1.125 (128 KiB would give 1.25, too close to the
+// 1.3 the product allows once readahead adds its own slack). Per-block
+// overhead stays small: one bit and a 4-byte CRC per 64 KiB is 0.006% of
+// the cached bytes (64 MiB of CRCs per TiB), and one pread plus a CRC32C
+// of 64 KiB costs a few microseconds, well under the pread itself.
+const DefaultBlockSize = 64 << 10
+
+const (
+	minBlockSize = 4 << 10
+	maxBlockSize = 16 << 20
+
+	// defaultShare of (free space + cache) at open is the limit when
+	// MaxSize is 0: most of the volume, leaving room for the rest of the
+	// machine's writes (checkpoints, logs).
+	defaultShare = 0.8
+
+	flushInterval = time.Second
+	// flushBlocks dirty blocks trigger a commit before the interval is
+	// up, bounding what a crash can lose.
+	flushBlocks = 4096
+
+	// defaultMaxOpen bounds cached file descriptors; datasets of millions
+	// of small objects must not exhaust the process's descriptors.
+	defaultMaxOpen = 512
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Config configures a Store.
+type Config struct {
+	// Dir holds the cache; created 0700 if missing. Nothing is written
+	// outside it.
+	Dir string
+	// MaxSize bounds the disk space the cache uses, counted as allocated
+	// bytes. 0 means 80% of (the volume's free space at open + what the
+	// cache already uses).
+	MaxSize int64
+	// MinFree keeps at least this many bytes free on Dir's volume,
+	// evicting if other writers fill it. 0 means no floor beyond MaxSize.
+	MinFree int64
+	// BlockSize is the unit of caching and checksumming: a power of two
+	// from 4 KiB to 16 MiB; 0 means DefaultBlockSize. Entries cached with
+	// another block size are dropped at open.
+	BlockSize int64
+	// BucketID distinguishes buckets sharing one Dir (e.g. Bucket.Name()).
+	BucketID string
+	// Logger may be nil.
+	Logger *slog.Logger
+	// Registerer for the ferry_cache_* metrics; may be nil.
+	Registerer prometheus.Registerer
+}
+
+// Stats are the store's counters since Open, and its current size.
+type Stats struct {
+	HitBlocks, HitBytes     int64 // ReadBlock returned true
+	MissBlocks, MissBytes   int64 // ReadBlock returned false (absent, evicted or corrupt)
+	WriteBlocks, WriteBytes int64 // blocks WriteBlocks stored
+	Evictions               int64 // entries evicted (LRU, limit or floor)
+	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
+	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
+	Entries                 int64 // object versions with a data file
+	UsedBytes               int64 // allocated bytes of all data files
+	LimitBytes              int64 // effective MaxSize
+}
+
+// statfsFunc reports the bytes available to us and the volume size.
+type statfsFunc func(path string) (avail, total int64, err error)
+
+func realStatfs(path string) (int64, int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), nil
+}
+
+// hooks let tests inject the volume's free space and failing writes.
+type hooks struct {
+	statfs  statfsFunc
+	writeAt func(f *os.File, p []byte, off int64) (int, error)
+	maxOpen int
+	// syncData flushes written data before an index commit (syncfs).
+	syncData func(dir *os.File) error
+	// beforeRead runs after ReadBlock pinned its entry, before the pread.
+	beforeRead func()
+}
+
+// deletion tracks an evicted key until its file is unlinked AND the index
+// deletion is committed. Until both, no new file is created for the key:
+// otherwise a crash could leave the old record's bitmap describing a new,
+// mostly empty file.
+type deletion struct {
+	unlinked, committed bool
+}
+
+// objKey identifies an object version within this store's bucket; map
+// lookups by it spare the read path a SHA-256.
+type objKey struct {
+	name, version string
+	size          uint64
+}
+
+func objKeyOf(o *bucket.Object) objKey { return objKey{o.Name, o.Version, o.Size} }
+
+// entry is one cached object version.
+type entry struct {
+	// Constant data
+	key     string // hex SHA-256, also the file name
+	own     bool   // cached for this BucketID (not left by another bucket)
+	name    string
+	version string
+	size    uint64
+	nblocks int64
+	path    string
+
+	// Mutable state
+	present    bitmap        // GUARDED_BY(Store.mu)
+	crcs       []uint32      // GUARDED_BY(Store.mu); 0 where absent
+	bytes      int64         // GUARDED_BY(Store.mu); allocated on disk
+	atime      int64         // GUARDED_BY(Store.mu); unix nanos
+	elem       *list.Element // GUARDED_BY(Store.mu); in Store.lru while live
+	openElem   *list.Element // GUARDED_BY(Store.mu); in Store.open while file != nil
+	file       *os.File      // GUARDED_BY(Store.mu)
+	pins       int           // GUARDED_BY(Store.mu); reads and writes in flight
+	live       bool          // GUARDED_BY(Store.mu); false once evicted
+	metaDirty  bool          // GUARDED_BY(Store.mu)
+	atimeDirty bool          // GUARDED_BY(Store.mu)
+}
+
+// Store is the cache. All methods are safe for concurrent use.
+//
+// Lock order: flushMu, then mu. mu guards only memory and is never held
+// across a syscall that touches the disk (pread, pwrite, open, unlink,
+// fsync, index commits); a read or write pins its entry instead, and an
+// evicted entry's file is closed and unlinked by whoever drops the last pin.
+type Store struct {
+	// Dependencies
+	log     *slog.Logger
+	reg     prometheus.Registerer
+	hooks   hooks
+	metrics []prometheus.Collector
+
+	// Constant data
+	dir       string // Dir/v1
+	dataDir   string // Dir/v1/data
+	root      string // Config.Dir
+	blockSize int64
+	bucketID  string
+	limit     int64
+	minFree   int64
+	fsBlock   int64 // allocation unit, for estimating a write's space
+	db        *bolt.DB
+	dirFile   *os.File // Dir/v1, for syncfs
+
+	flushMu sync.Mutex // serialises index commits
+	kick    chan struct{}
+	done    chan struct{}
+	stopped chan struct{}
+
+	mu sync.Mutex
+	// INVARIANT: used == sum of bytes over entries.
+	// INVARIANT: e in entries <=> e.live <=> e.elem != nil.
+	// INVARIANT: byObj holds exactly the entries with own set.
+	entries     map[string]*entry    // GUARDED_BY(mu); by key, incl. other buckets' entries
+	byObj       map[objKey]*entry    // GUARDED_BY(mu); this bucket's entries
+	lru         *list.List           // GUARDED_BY(mu); front = most recent
+	open        *list.List           // GUARDED_BY(mu); entries with an open file, front = most recent
+	deleting    map[string]*deletion // GUARDED_BY(mu); evicted, not yet unlinked and committed
+	dirty       map[string]*entry    // GUARDED_BY(mu); to write at the next commit
+	deleted     map[string]struct{}  // GUARDED_BY(mu); to delete at the next commit
+	dirtyBlocks int                  // GUARDED_BY(mu)
+	used        int64                // GUARDED_BY(mu)
+	reserved    int64                // GUARDED_BY(mu); space claimed by writes in flight
+	pendingFree int64                // GUARDED_BY(mu); evicted bytes not yet unlinked
+	loggedKinds map[string]bool      // GUARDED_BY(mu)
+	closed      bool                 // GUARDED_BY(mu)
+
+	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
+	writeBlocks, writeBytes                    atomic.Int64
+	evictions, corrupt, writeErrors            atomic.Int64
+}
+
+func validateBlockSize(bs int64) error {
+	if bs < minBlockSize || bs > maxBlockSize || bs&(bs-1) != 0 {
+		return fmt.Errorf("cache block size %d must be a power of two from %d to %d: %w", bs, minBlockSize, maxBlockSize, bucket.ErrInvalid)
+	}
+	return nil
+}
+
+func numBlocks(size uint64, bs int64) int64 {
+	return int64((size + uint64(bs) - 1) / uint64(bs))
+}
+
+// Open opens or creates the cache in cfg.Dir. A corrupt index is moved
+// aside (and logged), not an error; another process holding the index is.
+func Open(cfg Config) (*Store, error) {
+	return open(cfg, hooks{})
+}
+
+func open(cfg Config, h hooks) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("cache dir is empty: %w", bucket.ErrInvalid)
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = DefaultBlockSize
+	}
+	if err := validateBlockSize(cfg.BlockSize); err != nil {
+		return nil, err
+	}
+	if cfg.MaxSize < 0 || cfg.MinFree < 0 {
+		return nil, fmt.Errorf("cache max size and min free must not be negative: %w", bucket.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if h.statfs == nil {
+		h.statfs = realStatfs
+	}
+	if h.writeAt == nil {
+		h.writeAt = (*os.File).WriteAt
+	}
+	if h.syncData == nil {
+		h.syncData = func(d *os.File) error { return unix.Syncfs(int(d.Fd())) }
+	}
+	if h.maxOpen <= 0 {
+		h.maxOpen = defaultMaxOpen
+	}
+	root, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cache dir: %w", err)
+	}
+	s := &Store{
+		log:         cfg.Logger.With("component", "filecache"),
+		reg:         cfg.Registerer,
+		hooks:       h,
+		root:        root,
+		dir:         filepath.Join(root, "v1"),
+		dataDir:     filepath.Join(root, "v1", "data"),
+		blockSize:   cfg.BlockSize,
+		bucketID:    cfg.BucketID,
+		minFree:     cfg.MinFree,
+		fsBlock:     4096,
+		kick:        make(chan struct{}, 1),
+		done:        make(chan struct{}),
+		stopped:     make(chan struct{}),
+		entries:     map[string]*entry{},
+		byObj:       map[objKey]*entry{},
+		lru:         list.New(),
+		open:        list.New(),
+		deleting:    map[string]*deletion{},
+		dirty:       map[string]*entry{},
+		deleted:     map[string]struct{}{},
+		loggedKinds: map[string]bool{},
+	}
+	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create cache dir: %w", err)
+	}
+	if err := os.Chmod(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cache dir: %w", err)
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(s.dir, &st) == nil && st.Bsize > 0 {
+		s.fsBlock = int64(st.Bsize)
+	}
+	db, rows, bad, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
+	if err != nil {
+		return nil, err
+	}
+	s.db = db
+	if err := s.load(rows, bad); err != nil {
+		db.Close()
+		return nil, err
+	}
+	avail, _, err := h.statfs(s.dir)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statfs cache dir: %w", err)
+	}
+	s.limit = cfg.MaxSize
+	if s.limit == 0 {
+		s.limit = int64(defaultShare * float64(avail+s.used))
+	}
+	if s.dirFile, err = os.Open(s.dir); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open cache dir: %w", err)
+	}
+	// Shrink to the limit now: it may have been lowered since last run.
+	s.mu.Lock()
+	victims, _ := s.makeRoomLocked(0, nil, avail)
+	s.mu.Unlock()
+	s.finishEvictions(victims)
+	if err := s.registerMetrics(); err != nil {
+		s.dirFile.Close()
+		db.Close()
+		return nil, err
+	}
+	go s.flusher()
+	s.log.Info("cache opened", "dir", s.dir, "entries", len(s.entries), "used_bytes", s.used,
+		"limit_bytes", s.limit, "min_free_bytes", s.minFree, "block_size", s.blockSize)
+	return s, nil
+}
+
+// load reconciles the index with the data files: entries whose file is
+// missing (or whose block size changed) go, files without an entry go,
+// and usage is recounted from what the files really occupy.
+func (s *Store) load(rows []loadedEntry, bad []string) error {
+	var drop []string
+	drop = append(drop, bad...)
+	sort.Slice(rows, func(i, j int) bool { return rows[i].atime < rows[j].atime })
+	for _, r := range rows {
+		e := &entry{
+			key: r.key, name: r.rec.name, version: r.rec.version, size: r.rec.size,
+			nblocks: numBlocks(r.rec.size, r.rec.blockSize), path: s.pathFor(r.key),
+			present: r.rec.present, crcs: r.rec.crcs, atime: r.atime, live: true,
+		}
+		if r.rec.blockSize != s.blockSize {
+			drop = append(drop, r.key)
+			os.Remove(e.path)
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(e.path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			drop = append(drop, r.key)
+			continue
+		}
+		e.bytes = st.Blocks * 512
+		e.elem = s.lru.PushFront(e)
+		s.entries[e.key] = e
+		// Entries another BucketID left in a shared Dir stay until LRU
+		// evicts them; only ours can be looked up.
+		if k := (objKey{e.name, e.version, e.size}); s.keyFor(&bucket.Object{Name: k.name, Version: k.version, Size: k.size}) == e.key {
+			e.own = true
+			s.byObj[k] = e
+		}
+		s.used += e.bytes
+	}
+	// Orphans: anything under data/ that is not an indexed file. WalkDir
+	// does not follow symlinks, and Remove on a link removes the link.
+	var orphans int
+	_ = filepath.WalkDir(s.dataDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == s.dataDir {
+			return nil
+		}
+		if d.IsDir() {
+			if len(d.Name()) != 2 || filepath.Dir(p) != s.dataDir {
+				orphans++
+				os.RemoveAll(p)
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e, ok := s.entries[d.Name()]; !ok || e.path != p {
+			orphans++
+			os.Remove(p)
+		}
+		return nil
+	})
+	if orphans > 0 || len(drop) > 0 {
+		s.log.Info("cache cleaned up", "orphan_files", orphans, "stale_entries", len(drop))
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, k := range drop {
+			if err := tx.Bucket(entriesBucket).Delete([]byte(k)); err != nil {
+				return err
+			}
+			if err := tx.Bucket(atimeBucket).Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("clean cache index: %w", err)
+	}
+	return nil
+}
+
+// keyFor hashes what identifies one object version's bytes. Fields are
+// length-prefixed so no two tuples hash the same input.
+func (s *Store) keyFor(obj *bucket.Object) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range []string{"ferry-filecache-v1", s.bucketID, obj.Name, obj.Version} {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	binary.LittleEndian.PutUint64(n[:], obj.Size)
+	h.Write(n[:])
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+func (s *Store) pathFor(key string) string {
+	return filepath.Join(s.dataDir, key[:2], key)
+}
+
+// BlockSize is the size of every block but an object's last.
+func (s *Store) BlockSize() int64 { return s.blockSize }
+
+// blockLen is the length of block idx, or -1 if the object has no such block.
+func (s *Store) blockLen(obj *bucket.Object, idx int64) int64 {
+	if idx < 0 || idx >= numBlocks(obj.Size, s.blockSize) {
+		return -1
+	}
+	return min(s.blockSize, int64(obj.Size)-idx*s.blockSize)
+}
+
+// lookupLocked returns the live entry for obj, or nil.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) lookupLocked(obj *bucket.Object) *entry {
+	return s.byObj[objKeyOf(obj)]
+}
+
+// HasBlock reports whether block idx of obj is cached (it may still fail
+// its CRC check when read).
+func (s *Store) HasBlock(obj *bucket.Object, idx int64) bool {
+	if obj == nil || s.blockLen(obj, idx) < 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookupLocked(obj)
+	return e != nil && e.present.get(idx)
+}
+
+// ReadBlock fills p with block idx of obj. len(p) must be the block's
+// length (the last block may be short). It returns false if the block is
+// absent, was evicted, or fails its CRC (then it is dropped and counted);
+// p's contents are undefined after false. It never returns true with
+// bytes other than those WriteBlocks stored for this object version.
+func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
+	if obj == nil || s.blockLen(obj, idx) != int64(len(p)) {
+		return false
+	}
+	s.mu.Lock()
+	e := s.lookupLocked(obj)
+	if s.closed || e == nil || !e.present.get(idx) {
+		s.mu.Unlock()
+		s.countMiss(len(p))
+		return false
+	}
+	want := e.crcs[idx]
+	e.pins++
+	s.touchLocked(e)
+	s.mu.Unlock()
+
+	if s.hooks.beforeRead != nil {
+		s.hooks.beforeRead()
+	}
+	ok, corrupt := false, false
+	f, _, err := s.fileFor(e, false)
+	if err == nil {
+		n, rerr := f.ReadAt(p, idx*s.blockSize)
+		switch {
+		case n == len(p) && crc32.Checksum(p, castagnoli) == want:
+			ok = true
+		case n == len(p) || errors.Is(rerr, syscall.EIO) || n < len(p) && rerr != nil:
+			// Wrong bytes or bytes gone: a torn write, a power cut, a
+			// bad sector or a file truncated behind our back.
+			corrupt = true
+		}
+	}
+
+	s.mu.Lock()
+	var finish *entry
+	dropped := corrupt && e.live && e.present.get(idx) && e.crcs[idx] == want
+	if dropped {
+		e.present.clear(idx)
+		e.crcs[idx] = 0
+		s.markDirtyLocked(e, true)
+	}
+	if errors.Is(err, fs.ErrNotExist) && e.live {
+		// The data file is gone (cache dir deleted?): forget the entry.
+		finish = s.evictLocked(e)
+	}
+	if s.unpinLocked(e) {
+		finish = e
+	}
+	s.mu.Unlock()
+	s.finishEvictions([]*entry{finish})
+	if dropped {
+		s.corrupt.Add(1)
+		s.log.Warn("cache block failed its checksum; dropped", "object", e.name, "block", idx)
+	}
+	if ok {
+		s.hitBlocks.Add(1)
+		s.hitBytes.Add(int64(len(p)))
+	} else {
+		s.countMiss(len(p))
+	}
+	return ok
+}
+
+func (s *Store) countMiss(n int) {
+	s.missBlocks.Add(1)
+	s.missBytes.Add(int64(n))
+}
+
+// WriteBlocks stores consecutive blocks of obj starting at block first. p
+// holds whole blocks (the last may be the object's short final block); a
+// trailing partial block is ignored. It returns how many blocks, from
+// first on, are now stored: fewer when the cache cannot make room or the
+// disk fails. Never an error: the cache is best effort.
+func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
+	if obj == nil || s.blockLen(obj, first) < 0 {
+		return 0
+	}
+	// Split p into whole blocks.
+	var lens []int64
+	for off, idx := int64(0), first; ; idx++ {
+		bl := s.blockLen(obj, idx)
+		if bl < 0 || off+bl > int64(len(p)) {
+			break
+		}
+		lens = append(lens, bl)
+		off += bl
+	}
+	if len(lens) == 0 {
+		return 0
+	}
+	avail, _, err := s.hooks.statfs(s.dir)
+	if err != nil {
+		avail = 1 << 62 // unknown: only MaxSize applies
+	}
+	key := s.keyFor(obj)
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0
+	}
+	if _, ok := s.deleting[key]; ok {
+		// The previous file for this key is still being deleted (see
+		// deletion); skip. A later read will fetch and write again.
+		s.mu.Unlock()
+		return 0
+	}
+	e := s.lookupLocked(obj)
+	isNew := e == nil
+	if e == nil {
+		if old := s.entries[key]; old != nil {
+			// A hash collision would need SHA-256 broken; still, never
+			// mix two objects in one file.
+			s.mu.Unlock()
+			return 0
+		}
+		e = &entry{
+			key: key, own: true, name: obj.Name, version: obj.Version, size: obj.Size,
+			nblocks: numBlocks(obj.Size, s.blockSize), path: s.pathFor(key), live: true,
+		}
+		e.present = newBitmap(e.nblocks)
+		e.crcs = make([]uint32, e.nblocks)
+		e.elem = s.lru.PushFront(e)
+		s.entries[key] = e
+		s.byObj[objKeyOf(obj)] = e
+		s.markDirtyLocked(e, true)
+	}
+	s.touchLocked(e)
+	if e.present.allSet(first, first+int64(len(lens))) {
+		s.mu.Unlock()
+		return len(lens)
+	}
+	// Space the write may add: absent blocks, rounded to the allocation
+	// unit. Fit as long a prefix as we can make room for.
+	needs := make([]int64, len(lens)+1)
+	for i, bl := range lens {
+		needs[i+1] = needs[i]
+		if !e.present.get(first + int64(i)) {
+			needs[i+1] += (bl + s.fsBlock - 1) / s.fsBlock * s.fsBlock
+		}
+	}
+	victims, fit := s.makeRoomLocked(needs[len(lens)], e, avail)
+	k := len(lens)
+	for k > 0 && !fit(needs[k]) {
+		k--
+	}
+	if k == 0 {
+		if isNew {
+			// Nothing fits: do not leave an empty entry behind.
+			s.lru.Remove(e.elem)
+			delete(s.entries, key)
+			delete(s.byObj, objKeyOf(obj))
+			delete(s.dirty, key)
+			e.live, e.elem = false, nil
+		}
+		s.mu.Unlock()
+		s.finishEvictions(victims)
+		return 0
+	}
+	need := needs[k]
+	s.reserved += need
+	e.pins++
+	s.mu.Unlock()
+	s.finishEvictions(victims)
+
+	var total int64
+	for _, bl := range lens[:k] {
+		total += bl
+	}
+	crcs := make([]uint32, k)
+	for i, off := 0, int64(0); i < k; i++ {
+		crcs[i] = crc32.Checksum(p[off:off+lens[i]], castagnoli)
+		off += lens[i]
+	}
+	stored, alloc := 0, int64(-1)
+	f, created, err := s.fileFor(e, true)
+	if err == nil {
+		var n int
+		n, err = s.hooks.writeAt(f, p[:total], first*s.blockSize)
+		// Blocks wholly written before a failure are good.
+		for off := int64(0); stored < k && off+lens[stored] <= int64(n); stored++ {
+			off += lens[stored]
+		}
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) == nil {
+			alloc = st.Blocks * 512
+		}
+	}
+	if err != nil {
+		s.writeFailed(err)
+	}
+
+	s.mu.Lock()
+	s.reserved -= need
+	if created && e.live {
+		// The file vanished (cache dir deleted) and was recreated empty:
+		// blocks recorded before are gone.
+		clear(e.present)
+		clear(e.crcs)
+	}
+	if e.live {
+		for i := 0; i < stored; i++ {
+			e.present.set(first + int64(i))
+			e.crcs[first+int64(i)] = crcs[i]
+		}
+		if alloc < 0 {
+			alloc = e.bytes + need
+		}
+		if created || alloc > e.bytes {
+			s.used += alloc - e.bytes
+			e.bytes = alloc
+		}
+		if stored > 0 {
+			s.markDirtyLocked(e, true)
+			s.dirtyBlocks += stored
+		}
+	} else {
+		stored = 0 // evicted while we wrote; its file is going away
+	}
+	kick := s.dirtyBlocks >= flushBlocks
+	finish := s.unpinLocked(e)
+	s.mu.Unlock()
+	if finish {
+		s.finishEvictions([]*entry{e})
+	}
+	if kick {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	s.writeBlocks.Add(int64(stored))
+	for _, bl := range lens[:stored] {
+		s.writeBytes.Add(bl)
+	}
+	return stored
+}
+
+// writeFailed counts a failed data write and logs the first of each kind.
+func (s *Store) writeFailed(err error) {
+	s.writeErrors.Add(1)
+	kind := "other"
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		kind = "disk full"
+	case errors.Is(err, syscall.EROFS):
+		kind = "read-only file system"
+	case errors.Is(err, fs.ErrPermission):
+		kind = "permission denied"
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		kind = "cache directory missing"
+	case errors.Is(err, syscall.EIO):
+		kind = "I/O error"
+	}
+	s.logOnce("write: "+kind, "cache write failed; reads go to the store (logged once per kind)", "kind", kind, "err", err)
+}
+
+// makeRoomLocked evicts least recently used entries other than keep until
+// need more bytes fit under the limit and above the free-space floor, or
+// nothing is left to evict. avail is the volume's free space as last
+// measured. It returns the evicted entries that must be finished outside
+// the lock, and a test for whether n bytes now fit.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) makeRoomLocked(need int64, keep *entry, avail int64) ([]*entry, func(int64) bool) {
+	// Evicted bytes count as free at once (pendingFree): the unlink
+	// happens outside the lock, maybe later if the file is pinned.
+	fit := func(n int64) bool {
+		return s.used+s.reserved+n <= s.limit &&
+			(s.minFree == 0 || avail+s.pendingFree-s.reserved-n >= s.minFree)
+	}
+	var victims []*entry
+	for el := s.lru.Back(); el != nil && !fit(need); {
+		e := el.Value.(*entry)
+		el = el.Prev()
+		if e == keep {
+			continue
+		}
+		if v := s.evictLocked(e); v != nil {
+			victims = append(victims, v)
+		}
+	}
+	return victims, fit
+}
+
+// evictLocked removes e from the live set and the index. It returns e if
+// nobody has it pinned, and the caller must then call finishEvictions
+// after unlocking; otherwise the last unpin does.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) evictLocked(e *entry) *entry {
+	if !e.live {
+		return nil
+	}
+	e.live = false
+	s.lru.Remove(e.elem)
+	e.elem = nil
+	delete(s.entries, e.key)
+	if e.own {
+		delete(s.byObj, objKey{e.name, e.version, e.size})
+	}
+	delete(s.dirty, e.key)
+	s.deleted[e.key] = struct{}{}
+	s.deleting[e.key] = &deletion{}
+	s.used -= e.bytes
+	s.pendingFree += e.bytes
+	s.evictions.Add(1)
+	if e.pins == 0 {
+		return e
+	}
+	return nil
+}
+
+// unpinLocked drops a pin and reports whether the caller must now finish
+// the entry's eviction.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) unpinLocked(e *entry) bool {
+	e.pins--
+	return e.pins == 0 && !e.live
+}
+
+// finishEvictions closes and unlinks evicted, unpinned entries' files.
+func (s *Store) finishEvictions(es []*entry) {
+	for _, e := range es {
+		if e == nil {
+			continue
+		}
+		s.mu.Lock()
+		f := s.detachFileLocked(e)
+		s.mu.Unlock()
+		if f != nil {
+			f.Close()
+		}
+		if err := os.Remove(e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("cannot remove evicted cache file", "err", err)
+		}
+		s.mu.Lock()
+		if d := s.deleting[e.key]; d != nil {
+			d.unlinked = true
+			if d.committed {
+				delete(s.deleting, e.key)
+			}
+		}
+		s.pendingFree -= e.bytes
+		s.mu.Unlock()
+	}
+}
+
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) detachFileLocked(e *entry) *os.File {
+	f := e.file
+	if f != nil {
+		s.open.Remove(e.openElem)
+		e.openElem, e.file = nil, nil
+	}
+	return f
+}
+
+// touchLocked marks e most recently used.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) touchLocked(e *entry) {
+	s.lru.MoveToFront(e.elem)
+	e.atime = time.Now().UnixNano()
+	if !e.atimeDirty {
+		e.atimeDirty = true
+		s.dirty[e.key] = e
+	}
+}
+
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) markDirtyLocked(e *entry, meta bool) {
+	e.metaDirty = e.metaDirty || meta
+	s.dirty[e.key] = e
+}
+
+// fileFor returns e's open data file; the caller holds a pin on e, which
+// keeps the file open. With create, a missing file (or directory) is
+// created and created reports it.
+func (s *Store) fileFor(e *entry, create bool) (f *os.File, created bool, err error) {
+	s.mu.Lock()
+	if e.file != nil {
+		s.open.MoveToFront(e.openElem)
+		f = e.file
+		s.mu.Unlock()
+		return f, false, nil
+	}
+	s.mu.Unlock()
+
+	f, err = os.OpenFile(e.path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) && create {
+		if err = os.MkdirAll(filepath.Dir(e.path), 0o700); err == nil {
+			f, err = os.OpenFile(e.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+			created = err == nil
+			if errors.Is(err, fs.ErrExist) {
+				f, err = os.OpenFile(e.path, os.O_RDWR, 0)
+			}
+		}
+	}
+	if err != nil {
+		return nil, false, err
+	}
+
+	s.mu.Lock()
+	if e.file != nil { // another pin opened it first
+		existing := e.file
+		s.mu.Unlock()
+		f.Close()
+		return existing, false, nil
+	}
+	e.file = f
+	e.openElem = s.open.PushFront(e)
+	var toClose []*os.File
+	for el := s.open.Back(); el != nil && s.open.Len() > s.hooks.maxOpen; {
+		o := el.Value.(*entry)
+		el = el.Prev()
+		if o.pins == 0 {
+			toClose = append(toClose, s.detachFileLocked(o))
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range toClose {
+		c.Close()
+	}
+	return f, created, nil
+}
+
+// Stats returns the counters and current usage.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	used, n := s.used, int64(len(s.entries))
+	s.mu.Unlock()
+	return Stats{
+		HitBlocks: s.hitBlocks.Load(), HitBytes: s.hitBytes.Load(),
+		MissBlocks: s.missBlocks.Load(), MissBytes: s.missBytes.Load(),
+		WriteBlocks: s.writeBlocks.Load(), WriteBytes: s.writeBytes.Load(),
+		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
+		WriteErrors: s.writeErrors.Load(),
+		Entries:     n, UsedBytes: used, LimitBytes: s.limit,
+	}
+}
+
+// Close commits the index and releases files. Reads and writes after
+// Close miss.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.done)
+	<-s.stopped
+	err := s.flush()
+	s.mu.Lock()
+	var files []*os.File
+	for el := s.open.Front(); el != nil; {
+		e := el.Value.(*entry)
+		el = el.Next()
+		if e.pins == 0 {
+			files = append(files, s.detachFileLocked(e))
+		}
+	}
+	s.mu.Unlock()
+	for _, f := range files {
+		f.Close()
+	}
+	for _, c := range s.metrics {
+		s.reg.Unregister(c)
+	}
+	s.dirFile.Close()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

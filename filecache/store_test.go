@@ -1,0 +1,582 @@
+package filecache
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+func TestValidateBlockSize(t *testing.T) {
+	for _, bs := range []int64{4096, 65536, 128 << 10, 16 << 20} {
+		assert.NoError(t, validateBlockSize(bs), bs)
+	}
+	for _, bs := range []int64{-4096, 1, 2048, 4095, 65535, 96 << 10, 32 << 20} {
+		assert.ErrorIs(t, validateBlockSize(bs), bucket.ErrInvalid, bs)
+		_, err := Open(Config{Dir: t.TempDir(), BlockSize: bs})
+		assert.ErrorIs(t, err, bucket.ErrInvalid, bs)
+	}
+	_, err := Open(Config{Dir: ""})
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
+}
+
+func TestDefaults(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{Dir: dir})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.EqualValues(t, DefaultBlockSize, s.BlockSize())
+	avail, _, err := realStatfs(dir)
+	require.NoError(t, err)
+	// 80% of free space: allow for other writers on the volume.
+	assert.InDelta(t, 0.8*float64(avail), float64(s.Stats().LimitBytes), 0.01*float64(avail))
+	fi, err := os.Stat(filepath.Join(dir, "v1"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+}
+
+func TestReadWrite(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	o := obj("train/../../etc/passwd", 5*testBS+100) // 6 blocks, the last 100 bytes
+
+	p := make([]byte, testBS)
+	assert.False(t, s.ReadBlock(o, 0, p))
+	assert.False(t, s.HasBlock(o, 0))
+
+	// Blocks 1..2 plus a partial third: the partial one is not stored.
+	data := blocksData(o, 1, 3, testBS)
+	assert.Equal(t, 2, s.WriteBlocks(o, 1, data[:2*testBS+10]))
+	assert.Equal(t, 1, s.WriteBlocks(o, 5, blocksData(o, 5, 1, testBS))) // short final block
+	s.checkInvariants(t)
+
+	// ..XX...X: which blocks are present
+	for i, want := range []bool{false, true, true, false, false, true} {
+		assert.Equal(t, want, s.HasBlock(o, int64(i)), i)
+		assert.Equal(t, want, readOK(t, s, o, int64(i)), i)
+	}
+	// Wrong length, out of range, other version or name: misses.
+	assert.False(t, s.ReadBlock(o, 1, make([]byte, testBS-1)))
+	assert.False(t, s.ReadBlock(o, 5, make([]byte, testBS)))
+	assert.False(t, s.ReadBlock(o, 6, make([]byte, 100)))
+	assert.False(t, s.ReadBlock(o, -1, p))
+	o2 := *o
+	o2.Version = "v2"
+	assert.False(t, s.ReadBlock(&o2, 1, p))
+	assert.Zero(t, s.WriteBlocks(o, 6, p))
+	assert.Zero(t, s.WriteBlocks(o, 0, p[:10]))
+	assert.Zero(t, s.WriteBlocks(obj("empty", 0), 0, nil))
+
+	st := s.Stats()
+	assert.EqualValues(t, 3, st.HitBlocks)
+	assert.EqualValues(t, 2*testBS+100, st.HitBytes)
+	assert.EqualValues(t, 3, st.WriteBlocks)
+	assert.EqualValues(t, 1, st.Entries)
+	assert.Equal(t, du(t, dir), st.UsedBytes)
+
+	// Nothing but hashed names under Dir.
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		require.NoError(t, err)
+		assert.NotContains(t, p, "passwd")
+		if fi.Mode().IsRegular() && strings.Contains(p, "/data/") {
+			assert.Len(t, fi.Name(), 64)
+			assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+func TestPersistAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	a, b := obj("a", 4*testBS), obj("b", 4*testBS)
+	s := openT(t, Config{Dir: dir}, hooks{})
+	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
+	require.Equal(t, 2, s.WriteBlocks(b, 1, blocksData(b, 1, 2, testBS)))
+	require.True(t, readOK(t, s, a, 0)) // a is now the most recently used
+	used := s.Stats().UsedBytes
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	assert.False(t, s.ReadBlock(a, 0, make([]byte, testBS)), "read after Close")
+	assert.Zero(t, s.WriteBlocks(a, 0, blocksData(a, 0, 1, testBS)), "write after Close")
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.Equal(t, used, s.Stats().UsedBytes)
+	assert.EqualValues(t, 2, s.Stats().Entries)
+	for i := int64(0); i < 4; i++ {
+		assert.True(t, readOK(t, s, a, i))
+		assert.Equal(t, i == 1 || i == 2, readOK(t, s, b, i))
+	}
+	require.NoError(t, s.Close())
+
+	// The access order survived too: with room for one object, the
+	// least recently used (b) goes first.
+	s = openT(t, Config{Dir: dir, MaxSize: used - 1}, hooks{})
+	assert.True(t, s.HasBlock(a, 0))
+	assert.False(t, s.HasBlock(b, 1))
+	assert.EqualValues(t, 1, s.Stats().Evictions)
+	s.checkInvariants(t)
+
+	// A different block size drops every entry.
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: dir, BlockSize: 2 * testBS}, hooks{})
+	assert.Zero(t, s.Stats().Entries)
+	assert.Zero(t, du(t, dir))
+}
+
+func TestEvictionKeepsUnderCap(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 20 * testBS
+	s := openT(t, Config{Dir: dir, MaxSize: limit}, hooks{})
+	var objs []*bucket.Object
+	for i := 0; i < 30; i++ {
+		o := obj(fmt.Sprintf("o%d", i), 3*testBS+7)
+		objs = append(objs, o)
+		require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+		if i >= 1 {
+			require.True(t, readOK(t, s, objs[0], 0), "keep o0 hot")
+		}
+		st := s.Stats()
+		assert.LessOrEqual(t, st.UsedBytes, int64(limit))
+		assert.LessOrEqual(t, du(t, dir), int64(limit)+testBS) // + rounding
+		s.checkInvariants(t)
+	}
+	assert.True(t, s.HasBlock(objs[0], 0), "recently read object survives")
+	assert.False(t, s.HasBlock(objs[1], 0), "least recently used is gone")
+	assert.True(t, s.HasBlock(objs[29], 3))
+	assert.Greater(t, s.Stats().Evictions, int64(20))
+
+	// An object bigger than the cache stores what fits and evicts the rest.
+	big := obj("big", 40*testBS)
+	n := s.WriteBlocks(big, 0, blocksData(big, 0, 40, testBS))
+	assert.Equal(t, 20, n)
+	assert.LessOrEqual(t, s.Stats().UsedBytes, int64(limit))
+	for i := int64(0); i < 40; i++ {
+		assert.Equal(t, i < 20, readOK(t, s, big, i))
+	}
+	s.checkInvariants(t)
+}
+
+func TestMinFreeHonoured(t *testing.T) {
+	dir := t.TempDir()
+	// A fake 64-block volume whose free space shrinks as the cache grows,
+	// with 16 blocks taken by someone else.
+	const volume, other, minFree = 64 * testBS, 16 * testBS, 24 * testBS
+	statfs := func(string) (int64, int64, error) { return volume - other - du(t, dir), volume, nil }
+	s := openT(t, Config{Dir: dir, MaxSize: volume, MinFree: minFree}, hooks{statfs: statfs})
+	for i := 0; i < 20; i++ {
+		o := obj(fmt.Sprintf("o%d", i), 4*testBS)
+		assert.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+		free, _, _ := statfs("")
+		assert.GreaterOrEqual(t, free, int64(minFree), "after write %d", i)
+		s.checkInvariants(t)
+	}
+	// 64-16-24 = 24 blocks for the cache.
+	assert.Equal(t, int64(24*testBS), s.Stats().UsedBytes)
+	assert.Positive(t, s.Stats().Evictions)
+}
+
+func TestIntegrityFlippedByte(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	o := obj("x", 4*testBS)
+	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+	s.mu.Lock()
+	path := s.entries[s.keyFor(o)].path
+	s.mu.Unlock()
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = f.ReadAt(b, testBS+123)
+	require.NoError(t, err)
+	b[0] ^= 0x40
+	_, err = f.WriteAt(b, testBS+123)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	assert.True(t, readOK(t, s, o, 0))
+	assert.False(t, readOK(t, s, o, 1), "corrupt block is never served")
+	assert.False(t, s.HasBlock(o, 1), "and is dropped")
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+	assert.True(t, readOK(t, s, o, 2))
+
+	// A fresh write repairs it.
+	require.Equal(t, 1, s.WriteBlocks(o, 1, blockData(o, 1, testBS)))
+	assert.True(t, readOK(t, s, o, 1))
+	s.checkInvariants(t)
+
+	// Truncation behind our back (a lost tail) is caught the same way.
+	require.NoError(t, os.Truncate(path, 3*testBS+5))
+	assert.False(t, readOK(t, s, o, 3))
+	assert.EqualValues(t, 2, s.Stats().CorruptBlocks)
+	s.checkInvariants(t)
+}
+
+func TestOrphanAndMissingFileCleanup(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+	require.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS)))
+	bPath := s.pathFor(s.keyFor(b))
+	require.NoError(t, s.Close())
+
+	data := filepath.Join(dir, "v1", "data")
+	outside := filepath.Join(t.TempDir(), "precious")
+	require.NoError(t, os.WriteFile(outside, []byte("keep me"), 0o600))
+	orphans := []string{
+		filepath.Join(data, "ab", strings.Repeat("ab", 32)),
+		filepath.Join(data, "ab", "tmp123"),
+		filepath.Join(data, "junkdir", "file"),
+		filepath.Join(data, "stray"),
+	}
+	for _, p := range orphans {
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+		require.NoError(t, os.WriteFile(p, []byte("x"), 0o600))
+	}
+	link := filepath.Join(data, "cd", strings.Repeat("cd", 32))
+	require.NoError(t, os.MkdirAll(filepath.Dir(link), 0o700))
+	require.NoError(t, os.Symlink(outside, link))
+	require.NoError(t, os.Remove(bPath)) // entry without a file
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	for _, p := range append(orphans, link) {
+		_, err := os.Lstat(p)
+		assert.ErrorIs(t, err, os.ErrNotExist, p)
+	}
+	got, err := os.ReadFile(outside)
+	require.NoError(t, err)
+	assert.Equal(t, "keep me", string(got), "symlink target untouched")
+	assert.EqualValues(t, 1, s.Stats().Entries)
+	assert.True(t, readOK(t, s, a, 1))
+	assert.False(t, readOK(t, s, b, 0))
+	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
+
+	// The dropped entry stays dropped.
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.EqualValues(t, 1, s.Stats().Entries)
+}
+
+func TestCorruptIndexRecovery(t *testing.T) {
+	for _, damage := range []string{"garbage", "truncated", "zeroed pages"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openT(t, Config{Dir: dir}, hooks{})
+			a := obj("a", 2*testBS)
+			for i := 0; i < 50; i++ {
+				o := obj(fmt.Sprintf("o%d", i), testBS)
+				require.Equal(t, 1, s.WriteBlocks(o, 0, blocksData(o, 0, 1, testBS)))
+			}
+			require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+			require.NoError(t, s.Close())
+
+			idx := filepath.Join(dir, "v1", "index.db")
+			raw, err := os.ReadFile(idx)
+			require.NoError(t, err)
+			switch damage {
+			case "garbage":
+				raw = []byte("this is not a bbolt file at all, but it is long enough to look like one......")
+			case "truncated":
+				raw = raw[:len(raw)/3]
+			case "zeroed pages":
+				for i := 4096 * 2; i < len(raw); i++ {
+					raw[i] = 0
+				}
+			}
+			require.NoError(t, os.WriteFile(idx, raw, 0o600))
+
+			rec := &recorder{}
+			s = openT(t, Config{Dir: dir, Logger: slog.New(rec)}, hooks{})
+			_, err = os.Stat(idx + ".corrupt")
+			require.NoError(t, err, "moved aside")
+			assert.Len(t, rec.errors(), 1, "and logged")
+			assert.Zero(t, s.Stats().Entries)
+			assert.Zero(t, du(t, dir), "orphaned data removed")
+			for i := int64(0); i < 2; i++ {
+				readOK(t, s, a, i)
+			}
+			require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+			assert.True(t, readOK(t, s, a, 1))
+			s.checkInvariants(t)
+			require.NoError(t, s.Close())
+			s = openT(t, Config{Dir: dir}, hooks{})
+			assert.True(t, readOK(t, s, a, 0))
+		})
+	}
+}
+
+func TestGarbageIndexIsMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "v1"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "v1", "index.db"), []byte(strings.Repeat("junk", 5000)), 0o600))
+	s := openT(t, Config{Dir: dir}, hooks{})
+	_, err := os.Stat(filepath.Join(dir, "v1", "index.db.corrupt"))
+	assert.NoError(t, err)
+	o := obj("a", testBS)
+	assert.Equal(t, 1, s.WriteBlocks(o, 0, blockData(o, 0, testBS)))
+}
+
+func TestIndexLockedByAnotherStore(t *testing.T) {
+	dir := t.TempDir()
+	openT(t, Config{Dir: dir}, hooks{})
+	_, err := Open(Config{Dir: dir})
+	assert.Error(t, err, "two stores must not share a directory")
+}
+
+func TestWriteErrorsDegradeGracefully(t *testing.T) {
+	dir := t.TempDir()
+	var fail error
+	write := func(f *os.File, p []byte, off int64) (int, error) {
+		if fail != nil {
+			// Half the data lands before the failure.
+			n, _ := f.WriteAt(p[:len(p)/2], off)
+			return n, &os.PathError{Op: "write", Path: f.Name(), Err: fail}
+		}
+		return f.WriteAt(p, off)
+	}
+	rec := &recorder{}
+	s := openT(t, Config{Dir: dir, Logger: slog.New(rec)}, hooks{writeAt: write})
+	o := obj("o", 8*testBS)
+	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+
+	fail = syscall.EROFS
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, 1, s.WriteBlocks(o, 2, blocksData(o, 2, 3, testBS)), "blocks written before the error count")
+		assert.Zero(t, s.WriteBlocks(o, 6, blocksData(o, 6, 1, testBS)))
+	}
+	fail = syscall.ENOSPC
+	assert.Zero(t, s.WriteBlocks(o, 7, blocksData(o, 7, 1, testBS)))
+	assert.Zero(t, s.WriteBlocks(o, 7, blocksData(o, 7, 1, testBS)))
+	assert.EqualValues(t, 8, s.Stats().WriteErrors)
+	assert.Len(t, rec.errors(), 2, "logged once per kind: %v", rec.errors())
+
+	// XXX.....
+	for i := int64(0); i < 8; i++ {
+		assert.Equal(t, i < 3, readOK(t, s, o, i), i)
+	}
+	fail = nil
+	assert.Equal(t, 5, s.WriteBlocks(o, 3, blocksData(o, 3, 5, testBS)))
+	s.checkInvariants(t)
+}
+
+func TestCacheDirUnusable(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{}
+	s := openT(t, Config{Dir: dir, Logger: slog.New(rec)}, hooks{})
+	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+
+	// The data directory becomes a regular file: nothing can be created
+	// (root ignores chmod, but not ENOTDIR).
+	data := filepath.Join(dir, "v1", "data")
+	require.NoError(t, os.RemoveAll(data))
+	require.NoError(t, os.WriteFile(data, nil, 0o600))
+	assert.Zero(t, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS)))
+	assert.Zero(t, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS)))
+	assert.False(t, readOK(t, s, b, 0))
+	assert.EqualValues(t, 2, s.Stats().WriteErrors)
+	assert.Len(t, rec.errors(), 1)
+	// a's file is still open, so its blocks may still be served; if not
+	// served they must be misses, never wrong: readOK checks.
+	readOK(t, s, a, 0)
+
+	// Usable again: the next write recreates the directory.
+	require.NoError(t, os.Remove(data))
+	assert.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS)))
+	assert.True(t, readOK(t, s, b, 1))
+}
+
+func TestCacheDirDeletedWhileRunning(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	s := openT(t, Config{Dir: dir}, hooks{maxOpen: 1})
+	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+	require.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS))) // closes a's file (maxOpen 1)
+	require.NoError(t, os.RemoveAll(dir))
+
+	assert.False(t, readOK(t, s, a, 0), "file gone: a miss")
+	assert.False(t, s.HasBlock(a, 1), "and the entry is forgotten")
+	assert.Zero(t, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)), "until its deletion is committed")
+	require.NoError(t, s.flush())
+	assert.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)), "dir recreated")
+	assert.True(t, readOK(t, s, a, 1))
+	// b's file was open when deleted: whatever it serves is checked.
+	readOK(t, s, b, 0)
+	require.NoError(t, s.Close())
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.True(t, fi.IsDir())
+}
+
+func TestENOSPC(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
+		t.Skipf("cannot mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	cache := filepath.Join(dir, "cache")
+	rec := &recorder{}
+	// Lie about free space so writes really hit ENOSPC.
+	lie := func(string) (int64, int64, error) { return 1 << 40, 1 << 40, nil }
+	s := openT(t, Config{Dir: cache, MaxSize: 1 << 30, BlockSize: 64 << 10, Logger: slog.New(rec)}, hooks{statfs: lie})
+	var objs []*bucket.Object
+	full := false
+	for i := 0; i < 40 && !full; i++ {
+		o := obj(fmt.Sprintf("o%d", i), 4*64<<10)
+		objs = append(objs, o)
+		full = s.WriteBlocks(o, 0, blocksData(o, 0, 4, 64<<10)) < 4
+	}
+	require.True(t, full, "2 MiB must fill up")
+	assert.Positive(t, s.Stats().WriteErrors)
+	assert.Len(t, rec.errors(), 1)
+	for _, o := range objs {
+		for i := int64(0); i < 4; i++ {
+			readOK(t, s, o, i)
+		}
+	}
+	assert.True(t, readOK(t, s, objs[0], 0))
+	require.NoError(t, s.Close())
+
+	// Reopened on the full volume, with the real statfs and a floor: it
+	// evicts to get above the floor and works again.
+	s = openT(t, Config{Dir: cache, MaxSize: 1 << 30, MinFree: 512 << 10, BlockSize: 64 << 10}, hooks{})
+	free, _, err := realStatfs(cache)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, free, int64(512<<10))
+	o := obj("after", 2*64<<10)
+	assert.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, 64<<10)))
+	assert.True(t, readOK(t, s, o, 1))
+	s.checkInvariants(t)
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := openT(t, Config{Dir: t.TempDir(), MaxSize: 8 * testBS, Registerer: reg}, hooks{})
+	o := obj("o", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	readOK(t, s, o, 0)
+	s.ReadBlock(obj("none", testBS), 0, make([]byte, testBS))
+	n, err := testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	assert.Equal(t, 7, n)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ferry_cache_hits_bytes_total Bytes served from the local cache.
+# TYPE ferry_cache_hits_bytes_total counter
+ferry_cache_hits_bytes_total 4096
+# HELP ferry_cache_misses_bytes_total Bytes asked of the local cache and not found there.
+# TYPE ferry_cache_misses_bytes_total counter
+ferry_cache_misses_bytes_total 4096
+# HELP ferry_cache_limit_bytes Cache size limit.
+# TYPE ferry_cache_limit_bytes gauge
+ferry_cache_limit_bytes 32768
+`), "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes"))
+	require.NoError(t, s.Close())
+	// Close unregisters, so the directory can be reopened in-process.
+	s2, err := Open(Config{Dir: s.root, BlockSize: testBS, Registerer: reg})
+	require.NoError(t, err)
+	require.NoError(t, s2.Close())
+	assert.False(t, errors.Is(err, bucket.ErrInvalid))
+}
+
+func TestEvictWhileReading(t *testing.T) {
+	dir := t.TempDir()
+	var s *Store
+	a, b := obj("a", 4*testBS), obj("b", 4*testBS)
+	evictA := func() {
+		// Fill the cache with b: a, the least recently used, must go.
+		require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
+		require.False(t, s.HasBlock(a, 0))
+	}
+	s = openT(t, Config{Dir: dir, MaxSize: 5 * testBS}, hooks{})
+	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
+	aPath := s.pathFor(s.keyFor(a))
+	s.hooks.beforeRead = func() {
+		s.hooks.beforeRead = nil
+		evictA()
+		_, err := os.Stat(aPath)
+		assert.NoError(t, err, "a pinned file is not unlinked under its reader")
+	}
+	// The read started before the eviction: its bytes are a's (CRC
+	// checked) or it misses; never anything else.
+	readOK(t, s, a, 2)
+	_, err := os.Stat(aPath)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the last reader unlinks")
+	assert.False(t, readOK(t, s, a, 2))
+	assert.Zero(t, s.WriteBlocks(a, 0, blocksData(a, 0, 1, testBS)), "no new file until the deletion is committed")
+	require.NoError(t, s.flush())
+	s.checkInvariants(t)
+	assert.Empty(t, s.deleting)
+	assert.Equal(t, 1, s.WriteBlocks(a, 0, blocksData(a, 0, 1, testBS)))
+	assert.True(t, readOK(t, s, a, 0))
+	assert.True(t, s.HasBlock(b, 0), "4+1 blocks fit")
+	s.checkInvariants(t)
+	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
+}
+
+func TestNoEmptyEntryWhenNothingFits(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir, MaxSize: testBS / 2}, hooks{})
+	o := obj("o", 4*testBS)
+	assert.Zero(t, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+	assert.Zero(t, s.Stats().Entries)
+	s.checkInvariants(t)
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.Zero(t, s.Stats().Entries, "nothing persisted either")
+}
+
+func TestFailedCommitIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	var fail error
+	h := hooks{syncData: func(*os.File) error { return fail }}
+	s := openT(t, Config{Dir: dir, MaxSize: 3 * testBS}, h)
+	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+	require.NoError(t, s.flush())
+
+	fail = syscall.EIO
+	require.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS))) // evicts a
+	assert.ErrorIs(t, s.flush(), syscall.EIO)
+	assert.Zero(t, s.WriteBlocks(a, 0, blocksData(a, 0, 1, testBS)), "a's deletion is not committed yet")
+
+	fail = nil
+	require.NoError(t, s.flush())
+	s.checkInvariants(t)
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: dir, MaxSize: 3 * testBS}, hooks{})
+	assert.True(t, readOK(t, s, b, 1), "retried commit recorded b")
+	assert.False(t, s.HasBlock(a, 0), "and a's deletion")
+}
+
+func TestBucketIDsShareADir(t *testing.T) {
+	dir := t.TempDir()
+	o := obj("same/name", 2*testBS)
+	s := openT(t, Config{Dir: dir, BucketID: "gs://a"}, hooks{})
+	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	require.NoError(t, s.Close())
+
+	s = openT(t, Config{Dir: dir, BucketID: "gs://b", MaxSize: 3 * testBS}, hooks{})
+	assert.False(t, s.HasBlock(o, 0), "another bucket's object of the same name is not ours")
+	assert.EqualValues(t, 1, s.Stats().Entries, "but its space is counted")
+	other := obj("other", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(other, 0, blocksData(other, 0, 2, testBS)))
+	assert.EqualValues(t, 1, s.Stats().Evictions, "and it is evicted like any entry")
+	s.checkInvariants(t)
+	require.NoError(t, s.Close())
+
+	s = openT(t, Config{Dir: dir, BucketID: "gs://a"}, hooks{})
+	assert.False(t, s.HasBlock(o, 0))
+	assert.False(t, s.HasBlock(other, 0), "b's object is not a's")
+}
