@@ -1,0 +1,696 @@
+// Package fs is ferry's FUSE file system (jacobsa/fuse): it turns a
+// bucket's object names into a read-only tree of directories and files,
+// keeps the kernel's lookup counts, and caches metadata (positive and
+// negative entries and listings) under one TTL so that a dataset read epoch
+// after epoch costs no repeated Stat or List.
+//
+// A directory is any prefix that has something under it, and an object
+// named "dir/" (a marker) also makes one. Object names that cannot be POSIX
+// names are hidden, never rewritten. File content comes from
+// Config.Open (readahead and filecache in ferry); fs never reads bytes from
+// the bucket itself.
+//
+// It must never write to the bucket, never show a name that escapes its
+// directory ("..", "a//b"), and never panic on an odd object name.
+package fs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jacobsa/fuse/fuseops"
+	"github.com/jacobsa/fuse/fuseutil"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
+
+	"ferry/bucket"
+)
+
+// ContentReader reads one object version's bytes for one open file handle.
+// ReadAt has io.ReaderAt semantics (n < len(p) only with an error; io.EOF
+// at the end of the object) and may be called concurrently.
+type ContentReader interface {
+	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+	Close()
+}
+
+// Config is what the file system needs.
+type Config struct {
+	// Bucket is listed and stat'ed for metadata. fs never reads content
+	// from it directly.
+	Bucket bucket.Bucket
+	// Open returns the reader for one open file handle of obj, pinned to
+	// obj.Version.
+	Open func(obj bucket.Object) ContentReader
+	// MetadataTTL applies to positive entries, listings and the kernel's
+	// entry and attribute timeouts; NegativeTTL to "no such name" entries.
+	// -1 caches forever, 0 disables caching.
+	MetadataTTL, NegativeTTL time.Duration
+	// Ownership and permission bits of every file and directory. Zero
+	// modes default to 0444 and 0555.
+	Uid, Gid          uint32
+	FileMode, DirMode os.FileMode
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Registerer receives fs metrics when set.
+	Registerer prometheus.Registerer
+	// ListPageSize is the MaxResults hint of each List call; 0 lets the
+	// store choose (typically 1000).
+	ListPageSize int
+}
+
+// forever is what a -1 TTL tells the kernel: fuse has no "never expires".
+const forever = 365 * 24 * time.Hour
+
+// fileSystem implements fuseutil.FileSystem, read-only.
+//
+// LOCK ORDER: dirHandle.mu, then fileSystem.mu, then metaCache.mu. Bucket
+// calls are never made with fileSystem.mu held.
+type fileSystem struct {
+	fuseutil.NotImplementedFileSystem
+
+	// Dependencies
+	bucket bucket.Bucket
+	open   func(obj bucket.Object) ContentReader
+	log    *slog.Logger
+	now    func() time.Time
+
+	// Constant data
+	ttl, negTTL       time.Duration
+	uid, gid          uint32
+	fileMode, dirMode os.FileMode
+	pageSize          int
+	mountTime         time.Time
+
+	// Mutable state with its own synchronisation
+	cache        *metaCache
+	resolves     singleflight.Group // one fetch per name at a time
+	hidden       atomic.Uint64      // names hidden because they cannot be POSIX names
+	hiddenLogged atomic.Bool
+	hiddenMetric prometheus.Counter // nil without a Registerer
+
+	mu sync.Mutex
+
+	// INVARIANT: inodes[RootInodeID] is the root: a directory with path "".
+	// INVARIANT: for every id, in := inodes[id]: in.id == id and
+	//            byKey[in.key()] == id; and byKey has no other entries.
+	// INVARIANT: every inode but the root has lookups > 0.
+	// INVARIANT: every id < nextInode.
+	inodes     map[fuseops.InodeID]*inode       // GUARDED_BY(mu)
+	byKey      map[inodeKey]fuseops.InodeID     // GUARDED_BY(mu)
+	nextInode  fuseops.InodeID                  // GUARDED_BY(mu)
+	dirs       map[fuseops.HandleID]*dirHandle  // GUARDED_BY(mu)
+	files      map[fuseops.HandleID]*fileHandle // GUARDED_BY(mu)
+	nextHandle fuseops.HandleID                 // GUARDED_BY(mu)
+}
+
+var _ fuseutil.FileSystem = (*fileSystem)(nil)
+
+// inodeKey names an inode: the same path as a file and as a directory are
+// different inodes, so a name that turns from one into the other gets a
+// new inode number rather than changing type under the kernel.
+type inodeKey struct {
+	path string
+	dir  bool
+}
+
+type inode struct {
+	// Constant data
+	id   fuseops.InodeID
+	path string // object name; for a directory without its trailing "/"
+	dir  bool
+
+	// Mutable state
+	lookups  uint64        // GUARDED_BY(fileSystem.mu)
+	obj      bucket.Object // GUARDED_BY(fileSystem.mu); files only
+	opened   bool          // GUARDED_BY(fileSystem.mu); has been opened before
+	openedAt string        // GUARDED_BY(fileSystem.mu); obj.Version at the last open
+}
+
+func (in *inode) key() inodeKey { return inodeKey{path: in.path, dir: in.dir} }
+
+// newFileSystem builds the file system; now is the clock (tests pass a
+// fake one).
+func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
+	if cfg.Bucket == nil || cfg.Open == nil {
+		return nil, errors.New("fs: Config.Bucket and Config.Open are required")
+	}
+	if now == nil {
+		now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fileMode, dirMode := cfg.FileMode.Perm(), cfg.DirMode.Perm()
+	if fileMode == 0 {
+		fileMode = 0o444
+	}
+	if dirMode == 0 {
+		dirMode = 0o555
+	}
+	fs := &fileSystem{
+		bucket:     cfg.Bucket,
+		open:       cfg.Open,
+		log:        log,
+		now:        now,
+		ttl:        cfg.MetadataTTL,
+		negTTL:     cfg.NegativeTTL,
+		uid:        cfg.Uid,
+		gid:        cfg.Gid,
+		fileMode:   fileMode,
+		dirMode:    dirMode,
+		pageSize:   cfg.ListPageSize,
+		mountTime:  now(),
+		cache:      newMetaCache(cfg.MetadataTTL, cfg.NegativeTTL, now),
+		inodes:     make(map[fuseops.InodeID]*inode),
+		byKey:      make(map[inodeKey]fuseops.InodeID),
+		nextInode:  fuseops.RootInodeID + 1,
+		dirs:       make(map[fuseops.HandleID]*dirHandle),
+		files:      make(map[fuseops.HandleID]*fileHandle),
+		nextHandle: 1,
+	}
+	// The kernel holds one implicit reference to the root.
+	root := &inode{id: fuseops.RootInodeID, path: "", dir: true, lookups: 1}
+	fs.inodes[root.id] = root
+	fs.byKey[root.key()] = root.id
+
+	if cfg.Registerer != nil {
+		fs.hiddenMetric = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_fs_hidden_names_total",
+			Help: "Object names hidden because they cannot be POSIX names (empty component, '.', '..', NUL, > 255 bytes).",
+		})
+		inodes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_fs_inodes",
+			Help: "Inodes the kernel currently holds references to.",
+		}, func() float64 { return float64(fs.inodeCount()) })
+		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return fs, nil
+}
+
+// hiddenNames is how many times a name was hidden from a listing or a
+// lookup because it cannot be a POSIX name.
+func (fs *fileSystem) hiddenNames() uint64 { return fs.hidden.Load() }
+
+func (fs *fileSystem) countHidden(path string) {
+	fs.hidden.Add(1)
+	if fs.hiddenMetric != nil {
+		fs.hiddenMetric.Inc()
+	}
+	if fs.hiddenLogged.CompareAndSwap(false, true) {
+		fs.log.Debug("hiding object names that cannot be POSIX names (logged once; see ferry_fs_hidden_names_total)",
+			"example", path)
+	}
+}
+
+// inodeCount is how many inodes are live, the root included.
+func (fs *fileSystem) inodeCount() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return len(fs.inodes)
+}
+
+// checkInvariants panics if an INVARIANT above does not hold. Tests call it.
+func (fs *fileSystem) checkInvariants() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	root, ok := fs.inodes[fuseops.RootInodeID]
+	if !ok || !root.dir || root.path != "" {
+		panic("fs: root inode missing or wrong")
+	}
+	if len(fs.byKey) != len(fs.inodes) {
+		panic("fs: byKey and inodes differ in size")
+	}
+	for id, in := range fs.inodes {
+		if in.id != id {
+			panic("fs: inode id mismatch")
+		}
+		if fs.byKey[in.key()] != id {
+			panic("fs: byKey does not point at inode " + in.path)
+		}
+		if id != fuseops.RootInodeID && in.lookups == 0 {
+			panic("fs: live inode with zero lookups: " + in.path)
+		}
+		if id >= fs.nextInode {
+			panic("fs: inode id beyond nextInode")
+		}
+	}
+}
+
+////////////////////////////////////////////////////////////////////////
+// Errors
+////////////////////////////////////////////////////////////////////////
+
+// errno is the one place a bucket error becomes an errno. The real error
+// is logged here because the kernel only ever sees the number.
+func (fs *fileSystem) errno(op string, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var en syscall.Errno
+	if errors.As(err, &en) && !errors.Is(err, bucket.ErrCanceled) {
+		return en
+	}
+	var code syscall.Errno
+	level := slog.LevelWarn
+	switch {
+	// Cancellation first: bucket.ContextError joins ErrCanceled with the
+	// error the store gave, which may match another sentinel too.
+	case errors.Is(err, bucket.ErrCanceled), errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded):
+		code, level = syscall.EINTR, slog.LevelDebug
+	case errors.Is(err, bucket.ErrNotFound):
+		code, level = syscall.ENOENT, slog.LevelDebug
+	case errors.Is(err, bucket.ErrPrecondition):
+		code = syscall.ESTALE
+	case errors.Is(err, bucket.ErrPermission):
+		code = syscall.EACCES
+	default: // ErrUnavailable, ErrInvalid, anything unexpected
+		code = syscall.EIO
+	}
+	fs.log.Log(context.Background(), level, "fs: store error", "op", op, "path", path, "errno", code.Error(), "err", err)
+	return code
+}
+
+////////////////////////////////////////////////////////////////////////
+// Resolving names
+////////////////////////////////////////////////////////////////////////
+
+// resolve says what path is: a file (with its object), a directory or
+// nothing. A fresh cache entry answers without a request; otherwise Stat
+// and a one-result List run concurrently, and concurrent resolves of one
+// path share one fetch.
+func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
+	if e, ok := fs.cache.lookup(path); ok {
+		return e, nil
+	}
+	v, err, _ := fs.resolves.Do(path, func() (any, error) {
+		// A resolve that finished between our cache check and Do has
+		// filled the cache already.
+		if e, ok := fs.cache.lookup(path); ok {
+			return e, nil
+		}
+		// The fetch is shared: one interrupted caller must not fail the
+		// others, so it ignores cancellation (the store's own timeouts and
+		// retries still bound it).
+		e, err := fs.fetch(context.WithoutCancel(ctx), path)
+		if err != nil {
+			return entry{}, err
+		}
+		fs.cache.put(path, e)
+		return e, nil
+	})
+	if err != nil {
+		return entry{}, err
+	}
+	return v.(entry), nil
+}
+
+// fetch asks the store what path is. A directory wins over a file of the
+// same name: "x" and "x/y" both existing shows only the directory x, since
+// hiding the directory would hide everything below it.
+func (fs *fileSystem) fetch(ctx context.Context, path string) (entry, error) {
+	var (
+		obj     *bucket.Object
+		statErr error
+		listing *bucket.Listing
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		obj, statErr = fs.bucket.Stat(gctx, &bucket.StatRequest{Name: path})
+		if errors.Is(statErr, bucket.ErrNotFound) {
+			return nil // not an error: it may still be a directory
+		}
+		return statErr
+	})
+	g.Go(func() error {
+		var err error
+		listing, err = fs.bucket.List(gctx, &bucket.ListRequest{
+			Prefix: path + "/", Delimiter: "/", MaxResults: 1,
+		})
+		return err
+	})
+	err := g.Wait()
+	if listing != nil && (len(listing.Objects) > 0 || len(listing.Prefixes) > 0) {
+		return entry{kind: kindDir}, nil
+	}
+	if err != nil {
+		return entry{}, err
+	}
+	if statErr == nil && obj != nil {
+		return entry{kind: kindFile, obj: *obj}, nil
+	}
+	return entry{kind: kindNone}, nil
+}
+
+////////////////////////////////////////////////////////////////////////
+// Inodes and attributes
+////////////////////////////////////////////////////////////////////////
+
+// expiration turns the metadata TTL into a kernel expiration time.
+func (fs *fileSystem) expiration() time.Time {
+	switch {
+	case fs.ttl < 0:
+		return time.Now().Add(forever)
+	case fs.ttl == 0:
+		return time.Time{}
+	}
+	// The kernel counts from the reply, in real time.
+	return time.Now().Add(fs.ttl)
+}
+
+// LOCKS_REQUIRED(fs.mu)
+func (fs *fileSystem) attributes(in *inode) fuseops.InodeAttributes {
+	if in.dir {
+		return fuseops.InodeAttributes{
+			Nlink: 2,
+			Mode:  os.ModeDir | fs.dirMode,
+			Atime: fs.mountTime, Mtime: fs.mountTime, Ctime: fs.mountTime,
+			Uid: fs.uid, Gid: fs.gid,
+		}
+	}
+	t := in.obj.Updated
+	return fuseops.InodeAttributes{
+		Size:  in.obj.Size,
+		Nlink: 1,
+		Mode:  fs.fileMode,
+		Atime: t, Mtime: t, Ctime: t,
+		Uid: fs.uid, Gid: fs.gid,
+	}
+}
+
+// acquire returns the inode for path as e says, creating it if needed,
+// and adds one kernel lookup reference.
+//
+// LOCKS_REQUIRED(fs.mu)
+func (fs *fileSystem) acquire(path string, e entry) *inode {
+	key := inodeKey{path: path, dir: e.kind == kindDir}
+	in, ok := fs.inodes[fs.byKey[key]]
+	if !ok {
+		in = &inode{id: fs.nextInode, path: path, dir: key.dir}
+		fs.nextInode++
+		fs.inodes[in.id] = in
+		fs.byKey[key] = in.id
+	}
+	if !in.dir {
+		fs.updateObject(in, e.obj)
+	}
+	in.lookups++
+	return in
+}
+
+// updateObject records a newer view of a file's object. A listing served
+// from cache may be older than what a lookup saw, so an older Updated time
+// never replaces a newer one.
+//
+// LOCKS_REQUIRED(fs.mu)
+func (fs *fileSystem) updateObject(in *inode, obj bucket.Object) {
+	if in.obj.Version == "" || !obj.Updated.Before(in.obj.Updated) {
+		in.obj = obj
+	}
+}
+
+// childEntry fills the reply for a looked-up inode.
+//
+// LOCKS_REQUIRED(fs.mu)
+func (fs *fileSystem) childEntry(in *inode) fuseops.ChildInodeEntry {
+	exp := fs.expiration()
+	return fuseops.ChildInodeEntry{
+		Child:                in.id,
+		Attributes:           fs.attributes(in),
+		AttributesExpiration: exp,
+		EntryExpiration:      exp,
+	}
+}
+
+// dirInode returns the live directory inode id, or an error for the kernel.
+func (fs *fileSystem) dirInode(id fuseops.InodeID) (*inode, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	in, ok := fs.inodes[id]
+	if !ok {
+		return nil, syscall.ESTALE
+	}
+	if !in.dir {
+		return nil, syscall.ENOTDIR
+	}
+	return in, nil
+}
+
+// forget drops n kernel references to id, freeing the inode at zero.
+//
+// LOCKS_REQUIRED(fs.mu)
+func (fs *fileSystem) forget(id fuseops.InodeID, n uint64) {
+	in, ok := fs.inodes[id]
+	if !ok {
+		fs.log.Error("fs: forget of unknown inode", "inode", id, "n", n)
+		return
+	}
+	if n > in.lookups {
+		fs.log.Error("fs: forget below zero", "inode", id, "path", in.path, "n", n, "lookups", in.lookups)
+		n = in.lookups
+	}
+	in.lookups -= n
+	if in.lookups == 0 && id != fuseops.RootInodeID {
+		delete(fs.inodes, id)
+		delete(fs.byKey, in.key())
+	}
+}
+
+////////////////////////////////////////////////////////////////////////
+// fuseutil.FileSystem: inodes
+////////////////////////////////////////////////////////////////////////
+
+func (fs *fileSystem) StatFS(ctx context.Context, op *fuseops.StatFSOp) error {
+	// A bucket has no capacity; report a large, constant one so that tools
+	// that check free space before reading do not refuse.
+	const blocks = 1 << 40
+	op.BlockSize = 4096
+	op.Blocks, op.BlocksFree, op.BlocksAvailable = blocks, blocks, blocks
+	op.IoSize = 1 << 20
+	op.Inodes, op.InodesFree = 1<<40, 1<<40
+	return nil
+}
+
+func (fs *fileSystem) LookUpInode(ctx context.Context, op *fuseops.LookUpInodeOp) error {
+	parent, err := fs.dirInode(op.Parent)
+	if err != nil {
+		return err
+	}
+	path := childPath(parent.path, op.Name)
+	if !validName(op.Name) {
+		fs.countHidden(path)
+		return syscall.ENOENT
+	}
+	e, err := fs.resolve(ctx, path)
+	if err != nil {
+		return fs.errno("lookup", path, err)
+	}
+	if e.kind == kindNone {
+		return syscall.ENOENT
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	op.Entry = fs.childEntry(fs.acquire(path, e))
+	return nil
+}
+
+func (fs *fileSystem) GetInodeAttributes(ctx context.Context, op *fuseops.GetInodeAttributesOp) error {
+	fs.mu.Lock()
+	in, ok := fs.inodes[op.Inode]
+	fs.mu.Unlock()
+	if !ok {
+		return syscall.ESTALE
+	}
+	if !in.dir {
+		// A file's size and mtime follow the store once the TTL lets them.
+		if _, err := fs.refresh(ctx, in); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return err
+		}
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	op.Attributes = fs.attributes(in)
+	op.AttributesExpiration = fs.expiration()
+	return nil
+}
+
+// refresh re-resolves a file inode's path (from cache while fresh) and
+// records the current object. It returns ENOENT if the path is no longer
+// a file; the inode keeps its last attributes then.
+func (fs *fileSystem) refresh(ctx context.Context, in *inode) (bucket.Object, error) {
+	e, err := fs.resolve(ctx, in.path)
+	if err != nil {
+		return bucket.Object{}, fs.errno("refresh", in.path, err)
+	}
+	if e.kind != kindFile {
+		return bucket.Object{}, syscall.ENOENT
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.updateObject(in, e.obj)
+	return in.obj, nil
+}
+
+func (fs *fileSystem) ForgetInode(ctx context.Context, op *fuseops.ForgetInodeOp) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.forget(op.Inode, op.N)
+	return nil
+}
+
+func (fs *fileSystem) BatchForget(ctx context.Context, op *fuseops.BatchForgetOp) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, e := range op.Entries {
+		fs.forget(e.Inode, e.N)
+	}
+	return nil
+}
+
+////////////////////////////////////////////////////////////////////////
+// fuseutil.FileSystem: files
+////////////////////////////////////////////////////////////////////////
+
+type fileHandle struct {
+	// Constant data
+	obj    bucket.Object
+	reader ContentReader // safe for concurrent ReadAt
+}
+
+func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
+	fs.mu.Lock()
+	in, ok := fs.inodes[op.Inode]
+	fs.mu.Unlock()
+	if !ok {
+		return syscall.ESTALE
+	}
+	if in.dir {
+		return syscall.EISDIR
+	}
+	// The object as of now (a fresh cache entry answers without a request).
+	obj, err := fs.refresh(ctx, in)
+	if err != nil {
+		return err
+	}
+	h := &fileHandle{obj: obj, reader: fs.open(obj)}
+
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	// The kernel's pages are good while the version is the one they were
+	// read from; otherwise it must drop them on this open.
+	op.KeepPageCache = in.opened && in.openedAt == obj.Version
+	in.opened, in.openedAt = true, obj.Version
+	op.Handle = fs.nextHandle
+	fs.nextHandle++
+	fs.files[op.Handle] = h
+	return nil
+}
+
+func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) error {
+	fs.mu.Lock()
+	h, ok := fs.files[op.Handle]
+	fs.mu.Unlock()
+	if !ok {
+		return syscall.EBADF
+	}
+	dst := op.Dst
+	if dst == nil {
+		// jacobsa/fuse leaves Dst nil for reads larger than its buffer.
+		dst = make([]byte, op.Size)
+	}
+	if int64(len(dst)) > op.Size {
+		dst = dst[:op.Size]
+	}
+	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fs.errno("read", h.obj.Name, err)
+	}
+	op.BytesRead = n
+	if op.Dst == nil {
+		op.Data = [][]byte{dst[:n]}
+	}
+	return nil
+}
+
+func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.ReleaseFileHandleOp) error {
+	fs.mu.Lock()
+	h, ok := fs.files[op.Handle]
+	delete(fs.files, op.Handle)
+	fs.mu.Unlock()
+	if ok {
+		h.reader.Close()
+	}
+	return nil
+}
+
+// FlushFile is sent on every close(2); nothing is ever dirty.
+func (fs *fileSystem) FlushFile(ctx context.Context, op *fuseops.FlushFileOp) error { return nil }
+
+func (fs *fileSystem) SyncFile(ctx context.Context, op *fuseops.SyncFileOp) error { return nil }
+
+func (fs *fileSystem) SyncFS(ctx context.Context, op *fuseops.SyncFSOp) error { return nil }
+
+// Destroy runs once the connection ends: release whatever the kernel did
+// not.
+func (fs *fileSystem) Destroy() {
+	fs.mu.Lock()
+	files := fs.files
+	fs.files = make(map[fuseops.HandleID]*fileHandle)
+	fs.dirs = make(map[fuseops.HandleID]*dirHandle)
+	fs.mu.Unlock()
+	for _, h := range files {
+		h.reader.Close()
+	}
+}
+
+////////////////////////////////////////////////////////////////////////
+// Read-only: every change is EROFS. (The mount is "ro" too, so the kernel
+// stops most of these first; these answer the rest.)
+////////////////////////////////////////////////////////////////////////
+
+func (fs *fileSystem) SetInodeAttributes(ctx context.Context, op *fuseops.SetInodeAttributesOp) error {
+	return syscall.EROFS
+}
+func (fs *fileSystem) MkDir(ctx context.Context, op *fuseops.MkDirOp) error   { return syscall.EROFS }
+func (fs *fileSystem) MkNode(ctx context.Context, op *fuseops.MkNodeOp) error { return syscall.EROFS }
+func (fs *fileSystem) CreateFile(ctx context.Context, op *fuseops.CreateFileOp) error {
+	return syscall.EROFS
+}
+func (fs *fileSystem) CreateLink(ctx context.Context, op *fuseops.CreateLinkOp) error {
+	return syscall.EROFS
+}
+func (fs *fileSystem) CreateSymlink(ctx context.Context, op *fuseops.CreateSymlinkOp) error {
+	return syscall.EROFS
+}
+func (fs *fileSystem) Rename(ctx context.Context, op *fuseops.RenameOp) error { return syscall.EROFS }
+func (fs *fileSystem) RmDir(ctx context.Context, op *fuseops.RmDirOp) error   { return syscall.EROFS }
+func (fs *fileSystem) Unlink(ctx context.Context, op *fuseops.UnlinkOp) error { return syscall.EROFS }
+func (fs *fileSystem) WriteFile(ctx context.Context, op *fuseops.WriteFileOp) error {
+	return syscall.EROFS
+}
+func (fs *fileSystem) SetXattr(ctx context.Context, op *fuseops.SetXattrOp) error {
+	return syscall.EROFS
+}
+func (fs *fileSystem) RemoveXattr(ctx context.Context, op *fuseops.RemoveXattrOp) error {
+	return syscall.EROFS
+}
+func (fs *fileSystem) Fallocate(ctx context.Context, op *fuseops.FallocateOp) error {
+	return syscall.EROFS
+}
+
+// GetXattr and ListXattr stay ENOSYS (from NotImplementedFileSystem): the
+// kernel then stops asking, which saves a round trip per `ls -l` entry.

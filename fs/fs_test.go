@@ -1,0 +1,684 @@
+package fs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jacobsa/fuse/fuseops"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+	"ferry/bucket/mem"
+)
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1800000000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// rangeReader is the test ContentReader: every ReadAt is one pinned ranged
+// read straight from the bucket.
+type rangeReader struct {
+	b   bucket.Bucket
+	obj bucket.Object
+}
+
+func (r *rangeReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off >= int64(r.obj.Size) {
+		return 0, io.EOF
+	}
+	rc, err := r.b.NewRangeReader(ctx, &bucket.ReadRequest{
+		Name: r.obj.Name, Version: r.obj.Version,
+		Range: bucket.ByteRange{Start: uint64(off), Limit: uint64(off) + uint64(len(p))},
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	n, err := io.ReadFull(rc, p)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (r *rangeReader) Close() {}
+
+func openDirect(b bucket.Bucket) func(bucket.Object) ContentReader {
+	return func(obj bucket.Object) ContentReader { return &rangeReader{b: b, obj: obj} }
+}
+
+func newTestFS(t *testing.T, b bucket.Bucket, clock *fakeClock, mutate func(*Config)) *fileSystem {
+	t.Helper()
+	cfg := Config{Bucket: b, Open: openDirect(b), MetadataTTL: time.Minute, NegativeTTL: time.Minute}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	var now func() time.Time
+	if clock != nil {
+		now = clock.Now
+	}
+	fs, err := newFileSystem(cfg, now)
+	require.NoError(t, err)
+	t.Cleanup(fs.checkInvariants)
+	return fs
+}
+
+func lookUp(fs *fileSystem, parent fuseops.InodeID, name string) (fuseops.ChildInodeEntry, error) {
+	op := &fuseops.LookUpInodeOp{Parent: parent, Name: name}
+	err := fs.LookUpInode(context.Background(), op)
+	return op.Entry, err
+}
+
+// walk looks up a slash-separated path from the root, one reference per
+// component.
+func walk(t *testing.T, fs *fileSystem, path string) (fuseops.ChildInodeEntry, error) {
+	t.Helper()
+	var e fuseops.ChildInodeEntry
+	parent := fuseops.InodeID(fuseops.RootInodeID)
+	for _, name := range strings.Split(path, "/") {
+		var err error
+		e, err = lookUp(fs, parent, name)
+		if err != nil {
+			return e, err
+		}
+		parent = e.Child
+	}
+	return e, nil
+}
+
+type dirent struct {
+	ino  uint64
+	off  uint64
+	name string
+	typ  uint32
+}
+
+// parseDirents decodes fuse_dirent records (or fuse_direntplus when plus).
+func parseDirents(buf []byte, plus bool) []dirent {
+	var out []dirent
+	for len(buf) > 0 {
+		if plus {
+			buf = buf[40+88:]
+		}
+		d := dirent{
+			ino: binary.NativeEndian.Uint64(buf[0:]),
+			off: binary.NativeEndian.Uint64(buf[8:]),
+			typ: binary.NativeEndian.Uint32(buf[20:]),
+		}
+		n := int(binary.NativeEndian.Uint32(buf[16:]))
+		d.name = string(buf[24 : 24+n])
+		out = append(out, d)
+		buf = buf[24+(n+7)&^7:]
+	}
+	return out
+}
+
+// readDir lists a directory inode through one handle with bufSize-byte
+// reads, as the kernel would.
+func readDir(t *testing.T, fs *fileSystem, ino fuseops.InodeID, bufSize int, plus bool) []dirent {
+	t.Helper()
+	ctx := context.Background()
+	open := &fuseops.OpenDirOp{Inode: ino}
+	require.NoError(t, fs.OpenDir(ctx, open))
+	defer fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: open.Handle})
+	var all []dirent
+	var off fuseops.DirOffset
+	for {
+		op := &fuseops.ReadDirOp{Inode: ino, Handle: open.Handle, Offset: off, Dst: make([]byte, bufSize)}
+		if plus {
+			p := &fuseops.ReadDirPlusOp{ReadDirOp: *op}
+			require.NoError(t, fs.ReadDirPlus(ctx, p))
+			op = &p.ReadDirOp
+		} else {
+			require.NoError(t, fs.ReadDir(ctx, op))
+		}
+		if op.BytesRead == 0 {
+			return all
+		}
+		ds := parseDirents(op.Dst[:op.BytesRead], plus)
+		all = append(all, ds...)
+		off = fuseops.DirOffset(ds[len(ds)-1].off)
+	}
+}
+
+func names(ds []dirent) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.name)
+	}
+	return out
+}
+
+func TestValidName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"a", true},
+		{"with space", true},
+		{"ünïcødé", true},
+		{"100%", true},
+		{"...", true},
+		{".hidden", true},
+		{strings.Repeat("x", 255), true},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"a\x00b", false},
+		{"a/b", false},
+		{strings.Repeat("x", 256), false},
+	} {
+		assert.Equal(t, tc.ok, validName(tc.name), "%q", tc.name)
+	}
+}
+
+func TestErrnoMapping(t *testing.T) {
+	fs := newTestFS(t, newTestBucket(), nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		err  error
+		want syscall.Errno
+	}{
+		{fmt.Errorf("x: %w", bucket.ErrNotFound), syscall.ENOENT},
+		{fmt.Errorf("x: %w", bucket.ErrPrecondition), syscall.ESTALE},
+		{fmt.Errorf("x: %w", bucket.ErrPermission), syscall.EACCES},
+		{fmt.Errorf("x: %w", bucket.ErrCanceled), syscall.EINTR},
+		{bucket.ContextError(ctx, fmt.Errorf("x: %w", bucket.ErrUnavailable)), syscall.EINTR},
+		{fmt.Errorf("x: %w", bucket.ErrUnavailable), syscall.EIO},
+		{fmt.Errorf("x: %w", bucket.ErrInvalid), syscall.EIO},
+		{errors.New("surprise"), syscall.EIO},
+		{syscall.ENOTDIR, syscall.ENOTDIR},
+	} {
+		assert.Equal(t, tc.want, fs.errno("test", "p", tc.err), "%v", tc.err)
+	}
+	assert.NoError(t, fs.errno("test", "p", nil))
+}
+
+func TestMetaCacheTTL(t *testing.T) {
+	clock := newFakeClock()
+	file := entry{kind: kindFile, obj: bucket.Object{Name: "d/f", Version: "1"}}
+
+	t.Run("positive and negative expire separately", func(t *testing.T) {
+		c := newMetaCache(time.Minute, time.Second, clock.Now)
+		c.put("d/f", file)
+		c.put("d/missing", entry{kind: kindNone})
+		e, ok := c.lookup("d/f")
+		require.True(t, ok)
+		assert.Equal(t, file, e)
+		_, ok = c.lookup("d/missing")
+		require.True(t, ok)
+		clock.Advance(2 * time.Second)
+		_, ok = c.lookup("d/missing")
+		assert.False(t, ok, "negative entry outlived NegativeTTL")
+		_, ok = c.lookup("d/f")
+		assert.True(t, ok)
+		clock.Advance(time.Minute)
+		_, ok = c.lookup("d/f")
+		assert.False(t, ok)
+	})
+	t.Run("forever", func(t *testing.T) {
+		c := newMetaCache(-1, -1, clock.Now)
+		c.put("d/f", file)
+		c.put("d/missing", entry{kind: kindNone})
+		c.putListing("d", []dirEntry{{name: "f", entry: file}})
+		clock.Advance(100 * 365 * 24 * time.Hour)
+		_, ok := c.lookup("d/f")
+		assert.True(t, ok)
+		_, ok = c.lookup("d/missing")
+		assert.True(t, ok)
+		_, ok = c.listing("d")
+		assert.True(t, ok)
+	})
+	t.Run("disabled", func(t *testing.T) {
+		c := newMetaCache(0, 0, clock.Now)
+		c.put("d/f", file)
+		c.put("d/missing", entry{kind: kindNone})
+		c.putListing("d", []dirEntry{{name: "f", entry: file}})
+		_, ok := c.lookup("d/f")
+		assert.False(t, ok)
+		_, ok = c.lookup("d/missing")
+		assert.False(t, ok)
+		_, ok = c.listing("d")
+		assert.False(t, ok)
+	})
+	t.Run("listing answers children, newer wins", func(t *testing.T) {
+		c := newMetaCache(time.Minute, time.Minute, clock.Now)
+		c.put("d/new", entry{kind: kindNone}) // older than the listing
+		c.putListing("d", []dirEntry{{name: "f", entry: file}, {name: "new", entry: entry{kind: kindDir}}})
+		e, ok := c.lookup("d/new")
+		require.True(t, ok)
+		assert.Equal(t, kindDir, e.kind, "an older negative entry shadowed the listing")
+		e, ok = c.lookup("d/other")
+		require.True(t, ok)
+		assert.Equal(t, kindNone, e.kind, "a complete listing proves absence")
+		c.put("d/f", entry{kind: kindNone}) // newer than the listing
+		e, ok = c.lookup("d/f")
+		require.True(t, ok)
+		assert.Equal(t, kindNone, e.kind)
+	})
+}
+
+func TestLookupKinds(t *testing.T) {
+	b := newTestBucket()
+	top := b.put("top.txt", []byte("hello"))
+	b.put("implicit/deep/f", []byte("x"))
+	b.put("marker/", nil)
+	b.put("both", []byte("file"))
+	b.put("both/child", []byte("c"))
+	b.put("a//b", []byte("c"))
+	fs := newTestFS(t, b, newFakeClock(), nil)
+
+	e, err := lookUp(fs, fuseops.RootInodeID, "top.txt")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(5), e.Attributes.Size)
+	assert.True(t, top.Updated.Equal(e.Attributes.Mtime))
+	assert.Equal(t, "-r--r--r--", e.Attributes.Mode.String())
+
+	for _, dir := range []string{"implicit", "implicit/deep", "marker", "both"} {
+		e, err := walk(t, fs, dir)
+		require.NoError(t, err, dir)
+		assert.True(t, e.Attributes.Mode.IsDir(), "%s: directory wins", dir)
+	}
+	_, err = walk(t, fs, "both/child")
+	require.NoError(t, err)
+
+	_, err = lookUp(fs, fuseops.RootInodeID, "nope")
+	assert.Equal(t, syscall.ENOENT, err)
+
+	// "a//b": "a" is a directory whose only child has an empty name.
+	a, err := lookUp(fs, fuseops.RootInodeID, "a")
+	require.NoError(t, err)
+	assert.Empty(t, readDir(t, fs, a.Child, 4096, false))
+	assert.Equal(t, uint64(1), fs.hiddenNames())
+
+	before := b.requests()
+	for _, bad := range []string{"", ".", "..", "x\x00y", strings.Repeat("z", 256)} {
+		_, err := lookUp(fs, a.Child, bad)
+		assert.Equal(t, syscall.ENOENT, err, "%q", bad)
+	}
+	assert.Equal(t, before, b.requests(), "invalid names never reach the store")
+	assert.Equal(t, uint64(6), fs.hiddenNames())
+}
+
+func TestLookupAfterListingCostsNothing(t *testing.T) {
+	b := newTestBucket()
+	for i := range 20 {
+		b.put(fmt.Sprintf("d/f%02d", i), []byte("x"))
+	}
+	b.put("d/sub/x", nil)
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	ds := readDir(t, fs, d.Child, 4096, false)
+	require.Len(t, ds, 21)
+
+	before := b.requests()
+	for _, de := range ds {
+		e, err := lookUp(fs, d.Child, de.name)
+		require.NoError(t, err)
+		assert.Equal(t, de.name == "sub", e.Attributes.Mode.IsDir())
+	}
+	_, err = lookUp(fs, d.Child, "absent")
+	assert.Equal(t, syscall.ENOENT, err)
+	// A second listing comes from the cache too.
+	require.Len(t, readDir(t, fs, d.Child, 4096, false), 21)
+	assert.Equal(t, before, b.requests(), "lookups after a listing went to the store")
+}
+
+func TestLookupSingleflight(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", []byte("x"))
+	gate := make(chan struct{})
+	b.SetFaults(mem.Faults{Stat: func(ctx context.Context, req *bucket.StatRequest) error {
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	fs := newTestFS(t, b, newFakeClock(), nil)
+
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = lookUp(fs, fuseops.RootInodeID, "f")
+		}()
+	}
+	// Wait until the first fetch is in Stat, give the others a chance to
+	// queue behind it, then let it finish. However the race goes, the
+	// result is one Stat: late arrivals find the cache filled.
+	for b.Stats().Stats == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(gate)
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(1), b.Stats().Stats)
+	assert.Equal(t, int64(1), b.Stats().Lists)
+
+	fs.mu.Lock()
+	in := fs.inodes[fs.byKey[inodeKey{path: "f"}]]
+	assert.Equal(t, uint64(n), in.lookups)
+	fs.mu.Unlock()
+}
+
+func TestLookupTTL(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", []byte("x"))
+	clock := newFakeClock()
+	fs := newTestFS(t, b, clock, func(c *Config) { c.MetadataTTL, c.NegativeTTL = time.Minute, 10*time.Second })
+
+	_, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	_, err = lookUp(fs, fuseops.RootInodeID, "g")
+	require.Equal(t, syscall.ENOENT, err)
+	require.Equal(t, int64(4), b.requests()) // Stat + List for each
+
+	b.put("f", []byte("longer"))
+	b.put("g", []byte("new"))
+	e, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), e.Attributes.Size, "served from cache")
+	_, err = lookUp(fs, fuseops.RootInodeID, "g")
+	assert.Equal(t, syscall.ENOENT, err, "negative entry cached")
+	assert.Equal(t, int64(4), b.requests())
+
+	clock.Advance(11 * time.Second)
+	_, err = lookUp(fs, fuseops.RootInodeID, "g")
+	assert.NoError(t, err, "negative entry expired")
+	e, err = lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), e.Attributes.Size)
+
+	clock.Advance(time.Minute)
+	e, err = lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(6), e.Attributes.Size, "positive entry expired")
+	assert.Equal(t, e.AttributesExpiration, e.EntryExpiration)
+	assert.WithinDuration(t, time.Now().Add(time.Minute), e.EntryExpiration, 10*time.Second)
+}
+
+func TestKernelExpiration(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", nil)
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want time.Duration
+	}{{-1, forever}, {0, 0}, {time.Hour, time.Hour}} {
+		fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL = tc.ttl })
+		e, err := lookUp(fs, fuseops.RootInodeID, "f")
+		require.NoError(t, err)
+		if tc.want == 0 {
+			assert.True(t, e.EntryExpiration.IsZero())
+			continue
+		}
+		assert.WithinDuration(t, time.Now().Add(tc.want), e.EntryExpiration, time.Minute)
+	}
+}
+
+func TestForgetCounts(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/f", []byte("x"))
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	ctx := context.Background()
+
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	f1, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	f2, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	require.Equal(t, f1.Child, f2.Child)
+	require.Equal(t, 3, fs.inodeCount())
+	fs.checkInvariants()
+
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: f1.Child, N: 1}))
+	require.Equal(t, 3, fs.inodeCount(), "freed while the kernel still holds a reference")
+	// The inode still answers.
+	attrs := &fuseops.GetInodeAttributesOp{Inode: f1.Child}
+	require.NoError(t, fs.GetInodeAttributes(ctx, attrs))
+	assert.Equal(t, uint64(1), attrs.Attributes.Size)
+
+	require.NoError(t, fs.BatchForget(ctx, &fuseops.BatchForgetOp{Entries: []fuseops.BatchForgetEntry{
+		{Inode: f1.Child, N: 1}, {Inode: d.Child, N: 1},
+	}}))
+	require.Equal(t, 1, fs.inodeCount())
+	fs.checkInvariants()
+
+	// A new lookup gets a fresh inode number; forgetting too much, or an
+	// unknown inode, is logged, never a crash.
+	f3, err := walk(t, fs, "d/f")
+	require.NoError(t, err)
+	assert.NotEqual(t, f1.Child, f3.Child)
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: f3.Child, N: 5}))
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: 12345, N: 1}))
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: fuseops.RootInodeID, N: 1}))
+	assert.Equal(t, 2, fs.inodeCount()) // root and "d"
+}
+
+func TestReadDirPagingAndOffsets(t *testing.T) {
+	b := newTestBucket()
+	var want []string
+	for i := range 1500 {
+		name := fmt.Sprintf("file-%04d", i)
+		b.put("big/"+name, []byte("x"))
+		want = append(want, name)
+	}
+	// A file and a directory named "x" land on different pages (page size
+	// 7): the directory wins, once.
+	b.put("big/x", nil)
+	b.put("big/x.0", nil)
+	b.put("big/x.1", nil)
+	b.put("big/x.2", nil)
+	b.put("big/x.3", nil)
+	b.put("big/x.4", nil)
+	b.put("big/x.5", nil)
+	b.put("big/x/child", nil)
+	b.put("big/../escape", nil)
+	b.put("big/.", nil)
+	b.put("big/"+strings.Repeat("L", 300), nil)
+	want = append(want, "x", "x.0", "x.1", "x.2", "x.3", "x.4", "x.5")
+	sort.Strings(want)
+
+	fs := newTestFS(t, b, newFakeClock(), func(c *Config) { c.ListPageSize = 7 })
+	big, err := lookUp(fs, fuseops.RootInodeID, "big")
+	require.NoError(t, err)
+	ds := readDir(t, fs, big.Child, 300, false)
+	assert.Equal(t, want, names(ds))
+	for i, d := range ds {
+		assert.Equal(t, uint64(i+1), d.off)
+		if d.name == "x" {
+			assert.Equal(t, uint32(syscall.DT_DIR), d.typ)
+		}
+	}
+	assert.Equal(t, uint64(3), fs.hiddenNames())
+	assert.Greater(t, b.Stats().Lists, int64(1500/7))
+
+	// Offsets are stable within a handle: reading again from the middle
+	// gives the same entries.
+	ctx := context.Background()
+	open := &fuseops.OpenDirOp{Inode: big.Child}
+	require.NoError(t, fs.OpenDir(ctx, open))
+	first := &fuseops.ReadDirOp{Handle: open.Handle, Dst: make([]byte, 4096)}
+	require.NoError(t, fs.ReadDir(ctx, first))
+	mid := &fuseops.ReadDirOp{Handle: open.Handle, Offset: 100, Dst: make([]byte, 4096)}
+	require.NoError(t, fs.ReadDir(ctx, mid))
+	again := &fuseops.ReadDirOp{Handle: open.Handle, Offset: 100, Dst: make([]byte, 4096)}
+	require.NoError(t, fs.ReadDir(ctx, again))
+	assert.Equal(t, parseDirents(mid.Dst[:mid.BytesRead], false), parseDirents(again.Dst[:again.BytesRead], false))
+	assert.Equal(t, want[100], parseDirents(mid.Dst[:mid.BytesRead], false)[0].name)
+	past := &fuseops.ReadDirOp{Handle: open.Handle, Offset: 100000, Dst: make([]byte, 4096)}
+	require.NoError(t, fs.ReadDir(ctx, past))
+	assert.Zero(t, past.BytesRead)
+	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: open.Handle}))
+}
+
+func TestReadDirError(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", nil)
+	fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL = 0 })
+	b.SetFaults(mem.Faults{List: func(ctx context.Context, req *bucket.ListRequest) error {
+		return fmt.Errorf("list: %w", bucket.ErrPermission)
+	}})
+	ctx := context.Background()
+	open := &fuseops.OpenDirOp{Inode: fuseops.RootInodeID}
+	require.NoError(t, fs.OpenDir(ctx, open))
+	op := &fuseops.ReadDirOp{Handle: open.Handle, Dst: make([]byte, 4096)}
+	assert.Equal(t, syscall.EACCES, fs.ReadDir(ctx, op))
+}
+
+func TestReadDirPlusTakesReferences(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/a", []byte("aa"))
+	b.put("d/b/c", nil)
+	b.put("d/e", []byte("eeee"))
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	// 200 bytes fit one direntplus at a time: every call is partial.
+	ds := readDir(t, fs, d.Child, 200, true)
+	require.Equal(t, []string{"a", "b", "e"}, names(ds))
+	require.Equal(t, 5, fs.inodeCount())
+	fs.checkInvariants()
+
+	// A plain lookup finds the same inodes; each entry was one reference.
+	e, err := lookUp(fs, d.Child, "e")
+	require.NoError(t, err)
+	assert.Equal(t, ds[2].ino, uint64(e.Child))
+	assert.Equal(t, uint64(4), e.Attributes.Size)
+	ctx := context.Background()
+	for _, de := range ds {
+		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: fuseops.InodeID(de.ino), N: 1}))
+	}
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: d.Child, N: 1}))
+	assert.Equal(t, 1, fs.inodeCount())
+}
+
+func TestOpenReadKeepPageCache(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", []byte("version one"))
+	fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL, c.NegativeTTL = 0, 0 })
+	ctx := context.Background()
+	f, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+
+	open := func() *fuseops.OpenFileOp {
+		op := &fuseops.OpenFileOp{Inode: f.Child}
+		require.NoError(t, fs.OpenFile(ctx, op))
+		t.Cleanup(func() { fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}) })
+		return op
+	}
+	read := func(h fuseops.HandleID, off, size int64) (string, error) {
+		op := &fuseops.ReadFileOp{Inode: f.Child, Handle: h, Offset: off, Size: size, Dst: make([]byte, size)}
+		err := fs.ReadFile(ctx, op)
+		return string(op.Dst[:op.BytesRead]), err
+	}
+
+	o1 := open()
+	assert.False(t, o1.KeepPageCache, "first open has nothing to keep")
+	s, err := read(o1.Handle, 8, 100)
+	require.NoError(t, err)
+	assert.Equal(t, "one", s, "short read at EOF")
+	o2 := open()
+	assert.True(t, o2.KeepPageCache, "same version")
+
+	b.put("f", []byte("version two!"))
+	o3 := open()
+	assert.False(t, o3.KeepPageCache, "new version must drop the kernel's pages")
+	s, err = read(o3.Handle, 0, 100)
+	require.NoError(t, err)
+	assert.Equal(t, "version two!", s)
+	_, err = read(o1.Handle, 0, 4)
+	assert.Equal(t, syscall.ESTALE, err, "an old handle never returns the new version's bytes")
+	assert.True(t, open().KeepPageCache)
+
+	// Reads larger than jacobsa's buffer come without Dst.
+	op := &fuseops.ReadFileOp{Inode: f.Child, Handle: o3.Handle, Offset: 8, Size: 4 << 20}
+	require.NoError(t, fs.ReadFile(ctx, op))
+	require.Len(t, op.Data, 1)
+	assert.Equal(t, "two!", string(op.Data[0]))
+
+	require.NoError(t, b.Delete(ctx, "f"))
+	assert.Equal(t, syscall.ENOENT, fs.OpenFile(ctx, &fuseops.OpenFileOp{Inode: f.Child}))
+}
+
+func TestWriteOpsAreEROFS(t *testing.T) {
+	fs := newTestFS(t, newTestBucket(), nil, nil)
+	ctx := context.Background()
+	size := uint64(0)
+	for name, err := range map[string]error{
+		"setattr":   fs.SetInodeAttributes(ctx, &fuseops.SetInodeAttributesOp{Inode: 1, Size: &size}),
+		"mkdir":     fs.MkDir(ctx, &fuseops.MkDirOp{Parent: 1, Name: "x"}),
+		"mknod":     fs.MkNode(ctx, &fuseops.MkNodeOp{Parent: 1, Name: "x"}),
+		"create":    fs.CreateFile(ctx, &fuseops.CreateFileOp{Parent: 1, Name: "x"}),
+		"link":      fs.CreateLink(ctx, &fuseops.CreateLinkOp{Parent: 1, Name: "x"}),
+		"symlink":   fs.CreateSymlink(ctx, &fuseops.CreateSymlinkOp{Parent: 1, Name: "x"}),
+		"rename":    fs.Rename(ctx, &fuseops.RenameOp{OldParent: 1, OldName: "a", NewParent: 1, NewName: "b"}),
+		"rmdir":     fs.RmDir(ctx, &fuseops.RmDirOp{Parent: 1, Name: "x"}),
+		"unlink":    fs.Unlink(ctx, &fuseops.UnlinkOp{Parent: 1, Name: "x"}),
+		"write":     fs.WriteFile(ctx, &fuseops.WriteFileOp{Inode: 1}),
+		"setxattr":  fs.SetXattr(ctx, &fuseops.SetXattrOp{Inode: 1}),
+		"rmxattr":   fs.RemoveXattr(ctx, &fuseops.RemoveXattrOp{Inode: 1}),
+		"fallocate": fs.Fallocate(ctx, &fuseops.FallocateOp{Inode: 1}),
+	} {
+		assert.Equal(t, syscall.EROFS, err, name)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/ok", nil)
+	b.put("d/../x", nil)
+	reg := prometheus.NewRegistry()
+	fs := newTestFS(t, b, nil, func(c *Config) { c.Registerer = reg })
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	require.Equal(t, []string{"ok"}, names(readDir(t, fs, d.Child, 4096, false)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(fs.hiddenMetric))
+	n, err := testutil.GatherAndCount(reg, "ferry_fs_inodes")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+
+	_, err = newFileSystem(Config{Bucket: b, Open: openDirect(b), Registerer: reg}, nil)
+	assert.Error(t, err, "a second registration on the same registry is refused")
+	_, err = newFileSystem(Config{Bucket: b}, nil)
+	assert.Error(t, err)
+}

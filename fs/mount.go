@@ -1,0 +1,120 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/jacobsa/fuse"
+	"github.com/jacobsa/fuse/fuseutil"
+	"golang.org/x/sys/unix"
+)
+
+// MountOptions are the kernel-facing choices of one mount.
+type MountOptions struct {
+	// AllowOther lets users other than the mounting one see the files.
+	AllowOther bool
+	// ReadAheadKB sets the kernel readahead of the mount
+	// (/sys/class/bdi/<dev>/read_ahead_kb); 0 keeps the kernel's value.
+	ReadAheadKB int
+	// FSName is shown by mount(8) and in /proc/mounts, e.g. the bucket URL;
+	// "" uses Config.Bucket.Name().
+	FSName string
+	// Debug logs every FUSE op to the Config.Logger at debug level.
+	Debug bool
+}
+
+// Mount mounts a read-only file system over cfg.Bucket at dir. The caller
+// owns the returned mount: Join waits for it to end, fuse.Unmount(dir)
+// ends it.
+func Mount(ctx context.Context, dir string, cfg Config, opts MountOptions) (*fuse.MountedFileSystem, error) {
+	fsys, err := newFileSystem(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	return mountFileSystem(ctx, dir, fsys, opts)
+}
+
+func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts MountOptions) (*fuse.MountedFileSystem, error) {
+	fsName := opts.FSName
+	if fsName == "" {
+		fsName = fsys.bucket.Name()
+	}
+	mc := &fuse.MountConfig{
+		// Ops carry ctx's values but not its cancellation: the mount
+		// outlives the call that made it.
+		OpContext: context.WithoutCancel(ctx),
+		FSName:    fsName,
+		Subtype:   "ferry",
+		ReadOnly:  true,
+		// default_permissions stays on (DisableDefaultPermissions false):
+		// the kernel checks Uid/Gid/modes, so we need not.
+		// jacobsa logs every failed op (EROFS, ENOENT on open...) with only
+		// the errno; fs.errno already logged the store's real error, so
+		// these go to debug.
+		ErrorLogger: slog.NewLogLogger(fsys.log.Handler(), slog.LevelDebug),
+		// Writeback caching makes the kernel keep its own mtime and size
+		// and ignore ours; a read-only mount that follows the store must
+		// not have it.
+		DisableWritebackCaching: true,
+		// Several reads of one file in flight at once: readahead and the
+		// application's read overlap instead of alternating.
+		EnableAsyncReads: true,
+		// Lookups and readdirs of one directory in parallel (a data loader
+		// opening thousands of files in one directory).
+		EnableParallelDirOps: true,
+		// `ls -l` and data loaders stat every entry: give attributes with
+		// the listing; the kernel falls back to plain readdir when unused.
+		EnableReaddirplus:     true,
+		EnableAutoReaddirplus: true,
+		// 256 pages = 1 MiB per FUSE read, the most the kernel allows
+		// without raising /proc/sys/fs/fuse/max_pages_limit, and the most
+		// jacobsa/fuse serves from its own buffer (Dst). It also sets
+		// max_readahead to 1 MiB; ReadAheadKB raises the window later.
+		MaxPages: 256,
+	}
+	if opts.Debug {
+		mc.DebugLogger = slog.NewLogLogger(fsys.log.Handler(), slog.LevelDebug)
+	}
+	if opts.AllowOther {
+		mc.Options = map[string]string{"allow_other": ""}
+	}
+	mfs, err := fuse.Mount(dir, fuseutil.NewFileSystemServer(fsys), mc)
+	if err != nil {
+		return nil, fmt.Errorf("fs: mount %s on %s: %w", fsName, dir, err)
+	}
+	if opts.ReadAheadKB > 0 {
+		// jacobsa/fuse fixes max_readahead at 1 MiB in FUSE_INIT; the
+		// kernel's window for this mount is its bdi's read_ahead_kb, which
+		// can be raised after mounting.
+		if err := setReadAhead(dir, opts.ReadAheadKB); err != nil {
+			// Not fatal: reads still work, only with the default window
+			// (e.g. sysfs read-only in a container).
+			fsys.log.Warn("fs: cannot set kernel readahead", "dir", dir, "kb", opts.ReadAheadKB, "err", err)
+		}
+	}
+	return mfs, nil
+}
+
+// bdiPath is the sysfs file of the mount's readahead: fuse registers its
+// backing device as "<major>:<minor>" of the mount's st_dev.
+func bdiPath(dir string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", err
+	}
+	dev := uint64(st.Dev)
+	return filepath.Join("/sys/class/bdi",
+		fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev)), "read_ahead_kb"), nil
+}
+
+func setReadAhead(dir string, kb int) error {
+	p, err := bdiPath(dir)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(strconv.Itoa(kb)+"\n"), 0)
+}
