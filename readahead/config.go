@@ -1,0 +1,148 @@
+package readahead
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"ferry/bucket"
+)
+
+// Defaults for the tuning fields of Config. They are sized for a remote
+// store with tens of milliseconds of latency and ~50 MB/s per connection:
+// a full window keeps MaxWindow/PartSize = 16 ranged GETs of several MiB in
+// flight, enough to fill a 500 MB/s link from one sequential reader.
+const (
+	// DefaultMemoryLimit is a suggestion for the flags package; New itself
+	// requires an explicit MemoryLimit.
+	DefaultMemoryLimit     = 512 << 20
+	DefaultMaxConnections  = 16
+	DefaultBlockSize       = 128 << 10
+	DefaultPartSize        = 8 << 20
+	DefaultInitialWindow   = 1 << 20
+	DefaultMaxWindow       = 128 << 20
+	DefaultSmallObjectSize = 2 << 20
+	DefaultMaxStreams      = 8
+	// DefaultReorderTolerance covers the kernel's async FUSE reads, which
+	// arrive out of order: up to max_background (12) requests of up to
+	// 1 MiB each may be outstanding at once.
+	DefaultReorderTolerance = 16 << 20
+	DefaultGapTolerance     = 1 << 20
+
+	// minParts is how many parts the memory budget must hold at least, so
+	// that a demand read and some readahead can always coexist.
+	minParts = 4
+)
+
+// Config configures a Fetcher. Zero tuning fields take the defaults above.
+type Config struct {
+	// Bucket is read with pinned ranged reads. Required.
+	Bucket bucket.Bucket
+	// Cache is the local block cache; nil means no disk cache, in which case
+	// prefetched parts stay in (budgeted) memory until they are read.
+	Cache BlockCache
+	// MemoryLimit bounds every buffer this package allocates, in bytes.
+	// Required: > 0 and at least 4 parts.
+	MemoryLimit int64
+	// MaxConnections bounds concurrent ranged reads for the whole Fetcher.
+	MaxConnections int
+	// BlockSize is the fetch granularity when Cache is nil (with a Cache,
+	// Cache.BlockSize() is used).
+	BlockSize int64
+	Logger    *slog.Logger
+	// Registerer receives the ferry_readahead_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+
+	// PartSize is the size of one ranged GET of readahead (rounded up to a
+	// multiple of the block size).
+	PartSize int64
+	// InitialWindow and MaxWindow bound a sequential stream's readahead
+	// window; it doubles while the reader keeps consuming it.
+	InitialWindow, MaxWindow int64
+	// SmallObjectSize: objects up to this size are fetched whole, in one
+	// request, on the first read. Negative disables.
+	SmallObjectSize int64
+	// MaxStreams is how many sequential streams one handle tracks (LRU).
+	MaxStreams int
+	// ReorderTolerance is how far behind a stream's cursor a read may land
+	// and still belong to it (kernel readahead reorders requests).
+	ReorderTolerance int64
+	// GapTolerance is how far ahead of a stream's cursor a read may land
+	// and still count as sequential.
+	GapTolerance int64
+}
+
+// withDefaults validates c and fills in defaults. blockSize is the block
+// size actually used (the cache's, if there is one).
+func (c Config) withDefaults() (Config, error) {
+	if c.Bucket == nil {
+		return c, fmt.Errorf("readahead: %w: Bucket is required", bucket.ErrInvalid)
+	}
+	if c.Cache != nil {
+		c.BlockSize = c.Cache.BlockSize()
+		if c.BlockSize <= 0 {
+			return c, fmt.Errorf("readahead: %w: cache block size %d", bucket.ErrInvalid, c.BlockSize)
+		}
+	}
+	if c.BlockSize < 0 {
+		return c, fmt.Errorf("readahead: %w: BlockSize %d < 0", bucket.ErrInvalid, c.BlockSize)
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.MaxConnections < 0 {
+		return c, fmt.Errorf("readahead: %w: MaxConnections %d < 0", bucket.ErrInvalid, c.MaxConnections)
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.PartSize <= 0 {
+		c.PartSize = DefaultPartSize
+	}
+	c.PartSize = alignUp(c.PartSize, c.BlockSize)
+	if c.InitialWindow <= 0 {
+		c.InitialWindow = DefaultInitialWindow
+	}
+	if c.MaxWindow <= 0 {
+		c.MaxWindow = DefaultMaxWindow
+	}
+	if c.SmallObjectSize == 0 {
+		c.SmallObjectSize = DefaultSmallObjectSize
+	}
+	if c.SmallObjectSize > c.PartSize {
+		// A small object is one demand read; demand reads are at most a part.
+		c.SmallObjectSize = c.PartSize
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.ReorderTolerance <= 0 {
+		c.ReorderTolerance = DefaultReorderTolerance
+	}
+	if c.GapTolerance <= 0 {
+		c.GapTolerance = DefaultGapTolerance
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MemoryLimit <= 0 {
+		return c, fmt.Errorf("readahead: %w: memory limit must be > 0, got %d", bucket.ErrInvalid, c.MemoryLimit)
+	}
+	if c.MemoryLimit < minParts*c.PartSize {
+		return c, fmt.Errorf("readahead: %w: memory limit %d is below %d parts of %d bytes",
+			bucket.ErrInvalid, c.MemoryLimit, minParts, c.PartSize)
+	}
+	// One stream's window never takes more than half the budget, so that
+	// demand reads and other streams keep room.
+	if c.MaxWindow > c.MemoryLimit/2 {
+		c.MaxWindow = c.MemoryLimit / 2
+	}
+	if c.InitialWindow > c.MaxWindow {
+		c.InitialWindow = c.MaxWindow
+	}
+	return c, nil
+}
+
+func alignUp(n, a int64) int64   { return (n + a - 1) / a * a }
+func alignDown(n, a int64) int64 { return n / a * a }

@@ -1,0 +1,99 @@
+package readahead
+
+import "context"
+
+// stream is one sequential cursor on a handle, with its readahead window.
+type stream struct {
+	// next is the end of the furthest read seen: where the reader goes next.
+	next int64
+	// seq counts reads that advanced next (the creating read counts as 1,
+	// or seqReads at offset 0).
+	seq int
+	// window is how far ahead of next readahead reaches; it doubles each
+	// time the reader passes growAt and halves when readahead is dropped.
+	window, growAt int64
+	// frontier is where issued readahead ends (block aligned).
+	frontier int64
+	// inflight is the bytes of this stream's readahead not yet complete.
+	inflight int64
+
+	// ctx is cancelled when the stream is evicted or its handle closes;
+	// the stream's speculative fetches run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// seqReads is how many reads in a row make a stream sequential. Three,
+// not two: a random read that happens to land just after another would
+// otherwise start readahead now and then.
+const seqReads = 3
+
+func (s *stream) sequential() bool { return s.seq >= seqReads }
+
+// detector tells sequential from random reads on one handle. It keeps up to
+// max streams in LRU order so that several interleaved sequential readers
+// of one file (or one reader plus stray random reads) each keep a window.
+//
+// A read belongs to a stream when it starts at most reorder bytes behind
+// the stream's cursor (kernel async reads arrive out of order) or at most
+// gap bytes (or up to the readahead frontier) ahead of it. Only reads that
+// move the cursor forward count towards being sequential.
+type detector struct {
+	reorder, gap int64
+	max          int
+	initial      int64
+	// streams in LRU order, most recently used last.
+	streams []*stream
+	parent  context.Context
+}
+
+// observe classifies the read [off, off+n). It returns the stream it now
+// belongs to, whether the read advanced it, and a stream evicted to make
+// room (whose speculative work the caller cancels), if any.
+func (d *detector) observe(off, n int64) (s *stream, advanced bool, evicted *stream) {
+	best, bestAdv, bestDist := -1, false, int64(0)
+	for i, c := range d.streams {
+		if off < c.next-d.reorder {
+			continue
+		}
+		ahead := d.gap
+		if c.frontier-c.next > ahead {
+			ahead = c.frontier - c.next
+		}
+		if off > c.next+ahead {
+			continue
+		}
+		adv := off+n > c.next
+		dist := off - c.next
+		if dist < 0 {
+			dist = -dist
+		}
+		// Prefer a stream the read advances, then the closest cursor.
+		if best < 0 || (adv && !bestAdv) || (adv == bestAdv && dist < bestDist) {
+			best, bestAdv, bestDist = i, adv, dist
+		}
+	}
+	if best >= 0 {
+		s = d.streams[best]
+		d.streams = append(append(d.streams[:best:best], d.streams[best+1:]...), s)
+		if bestAdv {
+			s.next = off + n
+			s.seq++
+		}
+		return s, bestAdv, nil
+	}
+	s = &stream{next: off + n, seq: 1, window: d.initial}
+	if off == 0 {
+		// Like the kernel's readahead: a read at the start of a file is
+		// taken as the start of a sequential read.
+		s.seq = seqReads
+	}
+	s.growAt = s.next + s.window
+	s.ctx, s.cancel = context.WithCancel(d.parent)
+	if len(d.streams) >= d.max {
+		evicted = d.streams[0]
+		d.streams = d.streams[1:]
+	}
+	d.streams = append(d.streams, s)
+	return s, true, evicted
+}

@@ -1,0 +1,98 @@
+package readahead
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	KiB = int64(1) << 10
+	MiB = int64(1) << 20
+)
+
+func newDetector() *detector {
+	return &detector{reorder: 4 * MiB, gap: 1 * MiB, max: 4, initial: MiB, parent: context.Background()}
+}
+
+func TestDetectorSequential(t *testing.T) {
+	d := newDetector()
+	base := 50 * MiB
+	s, adv, ev := d.observe(base, 128*KiB)
+	require.True(t, adv)
+	require.Nil(t, ev)
+	assert.False(t, s.sequential(), "one read is not a pattern")
+	for off := base + 128*KiB; off < base+4*MiB; off += 128 * KiB {
+		s2, adv, _ := d.observe(off, 128*KiB)
+		require.Same(t, s, s2)
+		require.True(t, adv)
+		assert.Equal(t, off >= base+256*KiB, s.sequential(), "sequential from the third read on")
+	}
+	assert.Equal(t, base+4*MiB, s.next)
+	assert.Len(t, d.streams, 1)
+
+	// A first read at offset 0 starts a sequential stream at once.
+	s0, _, _ := d.observe(0, 128*KiB)
+	assert.True(t, s0.sequential())
+}
+
+func TestDetectorRandom(t *testing.T) {
+	d := newDetector()
+	// Offsets far apart (more than reorder+gap): every read a new stream,
+	// none sequential; the LRU keeps at most max.
+	for i, off := range []int64{900, 100, 500, 300, 700, 200, 800} {
+		s, _, ev := d.observe(off*MiB, 512*KiB)
+		assert.False(t, s.sequential(), "read %d", i)
+		if i >= 4 {
+			require.NotNil(t, ev, "read %d must evict the oldest stream", i)
+			assert.NoError(t, ev.ctx.Err(), "the detector leaves cancelling to its caller")
+		}
+	}
+	assert.Len(t, d.streams, 4)
+}
+
+func TestDetectorReorderedAndGaps(t *testing.T) {
+	d := newDetector()
+	// Kernel async reads: 0, 256K, 128K, 512K, 384K, ... and a small gap.
+	order := []int64{0, 256, 128, 512, 384, 640, 768, 1024 + 512 /* gap of 512K */, 896, 1024}
+	var s *stream
+	for _, k := range order {
+		got, _, ev := d.observe(k*KiB, 128*KiB)
+		require.Nil(t, ev)
+		if s == nil {
+			s = got
+		}
+		require.Same(t, s, got, "read at %dK must stay in the stream", k)
+	}
+	assert.True(t, s.sequential())
+	assert.Equal(t, (1024+512+128)*KiB, s.next)
+	// Far behind (beyond the reorder tolerance) is a new stream.
+	got, _, _ := d.observe(0, 4*KiB)
+	got2, _, _ := d.observe(100*MiB, 4*KiB)
+	assert.NotSame(t, s, got2)
+	assert.Same(t, s, got, "0 is within the reorder tolerance of 1.6M")
+}
+
+func TestDetectorInterleavedStreams(t *testing.T) {
+	d := newDetector()
+	starts := []int64{0, 100 * MiB, 200 * MiB}
+	streams := make([]*stream, len(starts))
+	for round := int64(0); round < 8; round++ {
+		for i, st := range starts {
+			s, adv, ev := d.observe(st+round*256*KiB, 256*KiB)
+			require.Nil(t, ev)
+			require.True(t, adv)
+			if round == 0 {
+				streams[i] = s
+			}
+			require.Same(t, streams[i], s, "stream %d round %d", i, round)
+		}
+	}
+	for i, s := range streams {
+		assert.True(t, s.sequential(), "stream %d", i)
+		assert.Equal(t, starts[i]+8*256*KiB, s.next)
+	}
+	assert.Len(t, d.streams, 3)
+}

@@ -1,0 +1,304 @@
+package readahead
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"ferry/bucket"
+)
+
+// pattern is the source of every fake object's bytes: byte off of an
+// object with seed s is pattern[(off+s) % len(pattern)]. Its length is
+// deliberately not a power of two, so a read from the wrong offset (by a
+// block, a part, or a power of two) never matches.
+var pattern = func() []byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	p := make([]byte, 1<<20+4099)
+	for i := range p {
+		p[i] = byte(r.Uint32())
+	}
+	return p
+}()
+
+// fill writes the content of [off, off+len(p)) of an object with seed.
+func fill(p []byte, seed, off int64) {
+	for len(p) > 0 {
+		i := (off + seed) % int64(len(pattern))
+		n := copy(p, pattern[i:])
+		p = p[n:]
+		off += int64(n)
+	}
+}
+
+func want(seed, off, n int64) []byte {
+	p := make([]byte, n)
+	fill(p, seed, off)
+	return p
+}
+
+type fakeObject struct {
+	size    int64
+	version int
+	seed    int64
+}
+
+// fakeBucket is an in-memory store whose content is computed from the
+// offset, so tests can read gigabytes without holding them. It logs every
+// ranged read and lets tests block or fail requests.
+type fakeBucket struct {
+	// hook, if set, runs at the start of every NewRangeReader; a non-nil
+	// error fails the request. It may block (honouring ctx).
+	hook func(ctx context.Context, req *bucket.ReadRequest) error
+
+	// pace, if set, runs before a reader returns n bytes (bandwidth
+	// emulation). It may block, honouring ctx.
+	pace func(ctx context.Context, n int) error
+
+	inflight, maxInflight atomic.Int64
+
+	mu      sync.Mutex
+	objects map[string]*fakeObject // GUARDED_BY(mu)
+	log     []bucket.ReadRequest   // GUARDED_BY(mu)
+}
+
+var _ bucket.Bucket = (*fakeBucket)(nil)
+
+func newFakeBucket() *fakeBucket { return &fakeBucket{objects: map[string]*fakeObject{}} }
+
+// put creates or replaces (new version) an object.
+func (b *fakeBucket) put(name string, size int64) bucket.Object {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := b.objects[name]
+	if o == nil {
+		o = &fakeObject{seed: int64(len(b.objects)) * 7919}
+		b.objects[name] = o
+	}
+	o.size = size
+	o.version++
+	o.seed += 104729
+	return b.objLocked(name, o)
+}
+
+func (b *fakeBucket) objLocked(name string, o *fakeObject) bucket.Object {
+	return bucket.Object{Name: name, Size: uint64(o.size), Version: fmt.Sprint(o.version)}
+}
+
+func (b *fakeBucket) seed(name string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.objects[name].seed
+}
+
+func (b *fakeBucket) requests() []bucket.ReadRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]bucket.ReadRequest(nil), b.log...)
+}
+
+// ranges returns the logged ranges of name, sorted by start.
+func (b *fakeBucket) ranges(name string) []bucket.ByteRange {
+	var rs []bucket.ByteRange
+	for _, r := range b.requests() {
+		if r.Name == name {
+			rs = append(rs, r.Range)
+		}
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Start < rs[j].Start })
+	return rs
+}
+
+func (b *fakeBucket) Name() string { return "fake://test" }
+
+func (b *fakeBucket) Stat(ctx context.Context, req *bucket.StatRequest) (*bucket.Object, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := b.objects[req.Name]
+	if o == nil {
+		return nil, fmt.Errorf("fake: %q: %w", req.Name, bucket.ErrNotFound)
+	}
+	obj := b.objLocked(req.Name, o)
+	return &obj, nil
+}
+
+func (b *fakeBucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Listing, error) {
+	return nil, fmt.Errorf("fake: list: %w", bucket.ErrInvalid)
+}
+
+func (b *fakeBucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (io.ReadCloser, error) {
+	n := b.inflight.Add(1)
+	for {
+		m := b.maxInflight.Load()
+		if n <= m || b.maxInflight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	b.mu.Lock()
+	b.log = append(b.log, *req)
+	o := b.objects[req.Name]
+	var size, seed int64
+	var version string
+	if o != nil {
+		size, seed, version = o.size, o.seed, fmt.Sprint(o.version)
+	}
+	hook := b.hook
+	b.mu.Unlock()
+	fail := func(err error) (io.ReadCloser, error) {
+		b.inflight.Add(-1)
+		return nil, bucket.ContextError(ctx, err)
+	}
+	if hook != nil {
+		if err := hook(ctx, req); err != nil {
+			return fail(err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if o == nil {
+		return fail(fmt.Errorf("fake: %q: %w", req.Name, bucket.ErrNotFound))
+	}
+	if req.Version != "" && req.Version != version {
+		return fail(fmt.Errorf("fake: %q version %s, want %s: %w", req.Name, version, req.Version, bucket.ErrPrecondition))
+	}
+	r := req.Range.Clip(uint64(size))
+	return &fakeReader{b: b, ctx: ctx, seed: seed, off: int64(r.Start), end: int64(r.Limit), pace: b.pace}, nil
+}
+
+type fakeReader struct {
+	b        *fakeBucket
+	ctx      context.Context
+	seed     int64
+	off, end int64
+	closed   bool
+	pace     func(ctx context.Context, n int) error
+}
+
+func (r *fakeReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, bucket.ContextError(r.ctx, err)
+	}
+	if r.off >= r.end {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), r.end-r.off, 256<<10)
+	if r.pace != nil {
+		if err := r.pace(r.ctx, int(n)); err != nil {
+			return 0, bucket.ContextError(r.ctx, err)
+		}
+	}
+	fill(p[:n], r.seed, r.off)
+	r.off += n
+	return int(n), nil
+}
+
+func (r *fakeReader) Close() error {
+	if !r.closed {
+		r.closed = true
+		r.b.inflight.Add(-1)
+	}
+	return nil
+}
+
+// memCache is an in-memory BlockCache that counts how often each block was
+// written, so tests can check that every byte goes into the cache once.
+type memCache struct {
+	bs    int64
+	reads atomic.Int64 // ReadBlock calls
+
+	mu     sync.Mutex
+	blocks map[memCacheKey][]byte // GUARDED_BY(mu)
+	writes map[memCacheKey]int    // GUARDED_BY(mu)
+	// refuse, if set, makes WriteBlocks store nothing (a full disk).
+	refuse bool // GUARDED_BY(mu)
+}
+
+var _ BlockCache = (*memCache)(nil)
+
+func newMemCache(bs int64) *memCache {
+	return &memCache{bs: bs, blocks: map[memCacheKey][]byte{}, writes: map[memCacheKey]int{}}
+}
+
+type memCacheKey struct {
+	name, version string
+	idx           int64
+}
+
+func cacheKey(obj *bucket.Object, idx int64) memCacheKey {
+	return memCacheKey{obj.Name, obj.Version, idx}
+}
+
+func (c *memCache) blockLen(obj *bucket.Object, idx int64) int64 {
+	return min(c.bs, int64(obj.Size)-idx*c.bs)
+}
+
+func (c *memCache) BlockSize() int64 { return c.bs }
+
+func (c *memCache) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
+	c.reads.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.blocks[cacheKey(obj, idx)]
+	if !ok || len(b) != len(p) {
+		return false
+	}
+	copy(p, b)
+	return true
+}
+
+func (c *memCache) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse {
+		return 0
+	}
+	n := 0
+	for i := first; len(p) > 0; i++ {
+		l := c.blockLen(obj, i)
+		if int64(len(p)) < l {
+			panic(fmt.Sprintf("WriteBlocks: block %d short: %d < %d", i, len(p), l))
+		}
+		k := cacheKey(obj, i)
+		c.blocks[k] = append([]byte(nil), p[:l]...)
+		c.writes[k]++
+		p = p[l:]
+		n++
+	}
+	return n
+}
+
+func (c *memCache) HasBlock(obj *bucket.Object, idx int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.blocks[cacheKey(obj, idx)]
+	return ok
+}
+
+// maxWrites is the largest number of times any block was written.
+func (c *memCache) maxWrites() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := 0
+	for _, n := range c.writes {
+		m = max(m, n)
+	}
+	return m
+}
+
+// sleepCtx is latency that honours cancellation.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,446 @@
+// Package readahead decides what to fetch from the bucket and when: a
+// per-handle detector tells sequential from random reads; a sequential
+// stream gets a growing window split into parts fetched in parallel, one
+// ranged GET each, pinned to the object version; a random read fetches just
+// the missing blocks; a small object comes whole in one request. Fetched
+// bytes go to the reader and, once, into the block cache.
+//
+// Every buffer it allocates is accounted, before allocation, against ONE
+// memory budget. Demand reads always make progress (they wait for memory);
+// speculative readahead only takes what is free and is dropped, never
+// queued or spilled, when it is not. It must never exceed that budget,
+// never download a byte twice that it still holds, and never return bytes
+// of another object version than the one its handle was opened on.
+package readahead
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"ferry/bucket"
+)
+
+// BlockCache is the local disk cache of fixed-size blocks of object
+// versions (filecache.Store). Implementations are safe for concurrent use
+// and best effort: a block may disappear at any time, but ReadBlock never
+// fills p with wrong bytes.
+type BlockCache interface {
+	// BlockSize is the size of every block but an object's last.
+	BlockSize() int64
+	// ReadBlock fills p (exactly the block's length) with block idx of obj
+	// and reports whether it was present and intact.
+	ReadBlock(obj *bucket.Object, idx int64, p []byte) bool
+	// WriteBlocks stores p, consecutive whole blocks starting at block
+	// first (the last may be the object's short final block), and returns
+	// how many it stored.
+	WriteBlocks(obj *bucket.Object, first int64, p []byte) int
+	// HasBlock reports whether block idx of obj is present.
+	HasBlock(obj *bucket.Object, idx int64) bool
+}
+
+// ErrClosed is returned by reads on a closed Handle or Fetcher.
+var ErrClosed = errors.New("readahead: closed")
+
+// maxAttempts bounds how often one demand chunk goes round when the fetches
+// it waited for (someone else's) failed or were cancelled.
+const maxAttempts = 16
+
+type objKey struct{ name, version string }
+
+type blockKey struct {
+	obj objKey
+	idx int64
+}
+
+// part is one ranged GET of whole blocks [first, limit) = bytes [start, end)
+// and, once done, its buffer. Demand reads, readahead and concurrent
+// readers of the same blocks all find it through Fetcher.table, so each
+// block is fetched once.
+type part struct {
+	// Constant data
+	key          objKey
+	obj          *bucket.Object
+	first, limit int64
+	start, end   int64
+	spec         bool
+	// keep: stay in memory after success if the cache didn't take the bytes
+	// (readahead, and small objects fetched whole), until read or evicted.
+	keep bool
+	// fromCache: a block read from the cache for a read that wanted only
+	// part of it, kept for the reads of the rest.
+	fromCache bool
+	owner     *Handle
+	stream    *stream // readahead only
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{} // closed once buf or err is set
+	urgent    atomic.Bool   // a demand read waits for this readahead
+
+	// Mutable state
+	cost  int64  // accounted bytes still held; GUARDED_BY(Fetcher.mu)
+	buf   []byte // set (before done) on success; nil once freed; GUARDED_BY(Fetcher.mu)
+	err   error  // set before done on failure
+	refs  int    // GUARDED_BY(Fetcher.mu)
+	owned bool   // the table (or the in-flight fetch) holds a ref; GUARDED_BY(Fetcher.mu)
+	// INVARIANT: inTable => every table[key, first..limit) == this part
+	inTable bool          // GUARDED_BY(Fetcher.mu)
+	elem    *list.Element // in Fetcher.resident while kept; GUARDED_BY(Fetcher.mu)
+	// consumed counts bytes read per block while kept in memory; left is
+	// how many blocks are not yet fully read.
+	consumed []int64 // GUARDED_BY(Fetcher.mu)
+	left     int     // GUARDED_BY(Fetcher.mu)
+}
+
+// Fetcher fetches object ranges for many handles under one memory budget
+// and one connection budget.
+//
+// Lock order: Handle.mu, then Fetcher.mu, then budget.mu / connLimiter.mu.
+// budget.Acquire may call reclaimOne (Fetcher.mu), so it is never called
+// with Fetcher.mu held.
+type Fetcher struct {
+	// Dependencies
+	bucket bucket.Bucket
+	cache  BlockCache
+	log    *slog.Logger
+
+	// Constant data
+	cfg    Config
+	bs     int64
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	budget *budget
+	conns  *connLimiter
+	pool   bufPool
+	stats  counters
+	// windowHist is nil without a Registerer.
+	windowHist prometheus.Histogram
+	collectors []prometheus.Collector
+	reg        prometheus.Registerer
+	wg         sync.WaitGroup // every fetch goroutine
+
+	mu    sync.Mutex
+	table map[blockKey]*part // GUARDED_BY(mu)
+	// resident holds completed parts kept in memory, least recently used
+	// first; demand reads reclaim from the front.
+	resident *list.List // GUARDED_BY(mu)
+	closed   bool       // GUARDED_BY(mu)
+}
+
+// New returns a Fetcher. See Config for what is required.
+func New(cfg Config) (*Fetcher, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	f := &Fetcher{
+		bucket:   cfg.Bucket,
+		cache:    cfg.Cache,
+		log:      cfg.Logger,
+		cfg:      cfg,
+		bs:       cfg.BlockSize,
+		budget:   newBudget(cfg.MemoryLimit),
+		conns:    newConnLimiter(cfg.MaxConnections),
+		pool:     bufPool{blockSize: cfg.BlockSize},
+		table:    make(map[blockKey]*part),
+		resident: list.New(),
+	}
+	f.budget.reclaim = f.reclaimOne
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	if err := f.register(cfg.Registerer); err != nil {
+		f.cancel()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Open returns a handle reading obj, pinned to obj.Version.
+func (f *Fetcher) Open(obj bucket.Object) *Handle {
+	h := &Handle{f: f, obj: obj, key: objKey{obj.Name, obj.Version}}
+	h.ctx, h.cancel = context.WithCancel(f.ctx)
+	h.small = f.cfg.SmallObjectSize > 0 && int64(obj.Size) <= f.cfg.SmallObjectSize
+	h.det = detector{
+		reorder: f.cfg.ReorderTolerance,
+		gap:     f.cfg.GapTolerance,
+		max:     f.cfg.MaxStreams,
+		initial: f.cfg.InitialWindow,
+		parent:  h.ctx,
+	}
+	return h
+}
+
+// Close cancels all fetches, waits for them and frees all memory. Reads
+// after Close fail with ErrClosed.
+func (f *Fetcher) Close() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+	f.mu.Lock()
+	for e := f.resident.Front(); e != nil; {
+		next := e.Next()
+		f.dropLocked(e.Value.(*part))
+		e = next
+	}
+	f.mu.Unlock()
+	if f.reg != nil {
+		for _, c := range f.collectors {
+			f.reg.Unregister(c)
+		}
+	}
+}
+
+// newPart builds a part for blocks [first, limit) of h's object.
+// LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) newPart(h *Handle, first, limit int64, spec, keep bool) *part {
+	p := &part{
+		key:   h.key,
+		obj:   &h.obj,
+		first: first,
+		limit: limit,
+		start: first * f.bs,
+		end:   min(limit*f.bs, int64(h.obj.Size)),
+		spec:  spec,
+		keep:  keep,
+		owner: h,
+		done:  make(chan struct{}),
+		refs:  1,
+		owned: true,
+	}
+	p.cost = f.pool.class(p.end - p.start)
+	for i := first; i < limit; i++ {
+		f.table[blockKey{p.key, i}] = p
+	}
+	p.inTable = true
+	return p
+}
+
+// launch starts p's fetch. LOCKS_REQUIRED(f.mu), so that Close's Wait
+// never races with the Add.
+func (f *Fetcher) launch(p *part) {
+	f.wg.Add(1)
+	if p.spec {
+		p.owner.wg.Add(1)
+	}
+	go func() {
+		defer f.wg.Done()
+		if p.spec {
+			defer p.owner.wg.Done()
+		}
+		f.fetch(p)
+		if p.spec {
+			p.owner.readaheadDone(p)
+		}
+	}()
+}
+
+func (f *Fetcher) fetch(p *part) {
+	defer p.cancel()
+	var buf []byte
+	err := f.conns.acquire(p.ctx, !p.spec, &p.urgent)
+	if err == nil {
+		buf, err = f.download(p)
+		f.conns.release()
+	}
+	stored := false
+	if err == nil && f.cache != nil {
+		n := f.cache.WriteBlocks(p.obj, p.first, buf)
+		stored = int64(n) >= p.limit-p.first
+	}
+	f.finish(p, buf, err, stored)
+}
+
+// download reads p's range into a pooled buffer. The buffer is allocated
+// only once the store has answered (the bytes were accounted when p was
+// funded), so requests waiting for their first byte hold no memory.
+func (f *Fetcher) download(p *part) ([]byte, error) {
+	f.stats.requests.Add(1)
+	if p.spec {
+		f.stats.specRequests.Add(1)
+	} else {
+		f.stats.demandRequests.Add(1)
+	}
+	rng := bucket.ByteRange{Start: uint64(p.start), Limit: uint64(p.end)}
+	rc, err := f.bucket.NewRangeReader(p.ctx, &bucket.ReadRequest{Name: p.obj.Name, Version: p.obj.Version, Range: rng})
+	if err != nil {
+		return nil, fmt.Errorf("readahead: read %q %v: %w", p.obj.Name, rng, bucket.ContextError(p.ctx, err))
+	}
+	buf := f.pool.get(p.end - p.start)
+	n, err := io.ReadFull(rc, buf)
+	f.stats.bytesFetched.Add(int64(n))
+	_ = rc.Close() // every byte we asked for has arrived (or err says why not)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("%w: body ended after %d of %d bytes: %w", bucket.ErrUnavailable, n, len(buf), io.ErrUnexpectedEOF)
+		}
+		return buf, fmt.Errorf("readahead: read %q %v: %w", p.obj.Name, rng, bucket.ContextError(p.ctx, err))
+	}
+	return buf, nil
+}
+
+// finish publishes the outcome of p's fetch.
+func (f *Fetcher) finish(p *part, buf []byte, err error, stored bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		p.err = err
+		f.pool.put(buf)
+		f.budget.Release(p.cost)
+		p.cost = 0
+		if p.spec {
+			f.stats.specFailed.Add(1)
+			f.log.Debug("readahead failed", "object", p.obj.Name, "start", p.start, "end", p.end, "err", err)
+		}
+		f.dropLocked(p)
+		close(p.done)
+		return
+	}
+	p.buf = buf
+	close(p.done)
+	alive := p.ctx.Err() == nil && !p.owner.closed.Load() && !f.closed
+	if p.keep && !stored && alive {
+		p.consumed = make([]int64, p.limit-p.first)
+		p.left = len(p.consumed)
+		p.elem = f.resident.PushBack(p)
+		// A demand read waiting for memory may reclaim this now.
+		f.budget.Notify()
+		return
+	}
+	// In the cache (or only wanted by its readers): leave the table so
+	// later reads go to the cache; memory goes when the readers are done.
+	f.dropLocked(p)
+}
+
+// dropLocked removes p from the table and the resident list and drops the
+// table's reference. LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) dropLocked(p *part) {
+	if p.inTable {
+		for i := p.first; i < p.limit; i++ {
+			k := blockKey{p.key, i}
+			if f.table[k] == p {
+				delete(f.table, k)
+			}
+		}
+		p.inTable = false
+	}
+	if p.elem != nil {
+		f.resident.Remove(p.elem)
+		p.elem = nil
+	}
+	if p.owned {
+		p.owned = false
+		f.unrefLocked(p)
+	}
+}
+
+// LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) unrefLocked(p *part) {
+	p.refs--
+	if p.refs < 0 {
+		panic("readahead: part reference count below zero")
+	}
+	if p.refs == 0 && p.buf != nil {
+		f.pool.put(p.buf)
+		p.buf = nil
+		f.budget.Release(p.cost)
+		p.cost = 0
+	}
+}
+
+// consumeLocked records that a reader copied n bytes of block i out of a
+// kept part; a part read to the end leaves memory. LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) consumeLocked(p *part, i, n int64) {
+	if p.consumed == nil || p.elem == nil {
+		return
+	}
+	f.resident.MoveToBack(p.elem)
+	j := i - p.first
+	bl := min((i+1)*f.bs, p.end) - i*f.bs
+	if p.consumed[j] >= bl {
+		return
+	}
+	p.consumed[j] += n
+	if p.consumed[j] >= bl {
+		p.left--
+		if p.left == 0 {
+			f.dropLocked(p)
+		}
+	}
+}
+
+// reclaimOne drops the least recently used kept part nobody is reading,
+// for a demand read waiting for memory.
+func (f *Fetcher) reclaimOne() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for e := f.resident.Front(); e != nil; e = e.Next() {
+		p := e.Value.(*part)
+		if p.refs == 1 {
+			f.stats.evicted.Add(1)
+			f.dropLocked(p)
+			return true
+		}
+	}
+	return false
+}
+
+// reclaimCacheBlockLocked drops the least recently used block kept from
+// the cache that nobody is reading. LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) reclaimCacheBlockLocked() bool {
+	for e := f.resident.Front(); e != nil; e = e.Next() {
+		p := e.Value.(*part)
+		if p.fromCache && p.refs == 1 {
+			f.dropLocked(p)
+			return true
+		}
+	}
+	return false
+}
+
+// dropKeptLocked drops kept parts of h ending at or before `before`: all
+// of them if s is nil, else those of stream s and blocks kept from the
+// cache. LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) dropKeptLocked(h *Handle, s *stream, before int64) {
+	for e := f.resident.Front(); e != nil; {
+		next := e.Next()
+		p := e.Value.(*part)
+		if p.owner == h && (s == nil || p.stream == s || p.fromCache) && p.end <= before {
+			f.dropLocked(p)
+		}
+		e = next
+	}
+}
+
+// checkInvariants panics if the table or the resident list is
+// inconsistent. Tests call it while work is in flight.
+func (f *Fetcher) checkInvariants() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, p := range f.table {
+		if !p.inTable || !p.owned || k.obj != p.key || k.idx < p.first || k.idx >= p.limit {
+			panic(fmt.Sprintf("readahead: table entry %v -> part [%d, %d) inTable=%v owned=%v", k, p.first, p.limit, p.inTable, p.owned))
+		}
+		if p.refs < 1 {
+			panic(fmt.Sprintf("readahead: part [%d, %d) in table with %d refs", p.first, p.limit, p.refs))
+		}
+	}
+	for e := f.resident.Front(); e != nil; e = e.Next() {
+		p := e.Value.(*part)
+		if p.elem != e || p.buf == nil || !p.inTable || p.left <= 0 {
+			panic(fmt.Sprintf("readahead: resident part [%d, %d) elem ok=%v buf=%v inTable=%v left=%d",
+				p.first, p.limit, p.elem == e, p.buf != nil, p.inTable, p.left))
+		}
+	}
+}

@@ -1,0 +1,281 @@
+package readahead
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+// newTestFetcher builds a Fetcher whose budget is checked on every change:
+// the accounted bytes must never exceed the limit.
+func newTestFetcher(t *testing.T, cfg Config) *Fetcher {
+	t.Helper()
+	f, err := New(cfg)
+	require.NoError(t, err)
+	var bad atomic.Int64
+	bad.Store(-1)
+	limit := f.budget.limit
+	f.budget.onChange = func(used int64) {
+		if used > limit || used < 0 {
+			bad.Store(used)
+		}
+	}
+	t.Cleanup(func() {
+		f.checkInvariants()
+		f.Close()
+		f.mu.Lock()
+		assert.Empty(t, f.table, "parts left after Close")
+		assert.Zero(t, f.resident.Len(), "kept parts left after Close")
+		f.mu.Unlock()
+		assert.Equal(t, int64(-1), bad.Load(), "budget went out of [0, limit]")
+		assert.Zero(t, f.Stats().BudgetInUse, "memory left accounted after Close")
+	})
+	return f
+}
+
+// readCheck reads [off, off+n) through h and checks every byte.
+func readCheck(t *testing.T, b *fakeBucket, h *Handle, off, n int64) {
+	t.Helper()
+	p := make([]byte, n)
+	got, err := h.ReadAt(context.Background(), p, off)
+	size := int64(h.obj.Size)
+	wantN := max(0, min(n, size-off))
+	if wantN < n {
+		require.ErrorIs(t, err, io.EOF)
+	} else {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int(wantN), got)
+	if !bytes.Equal(want(b.seed(h.obj.Name), off, wantN), p[:wantN]) {
+		t.Fatalf("%s: wrong bytes in [%d, %d)", h.obj.Name, off, off+wantN)
+	}
+}
+
+func sequential(t *testing.T, b *fakeBucket, h *Handle, chunk int64) {
+	t.Helper()
+	for off := int64(0); off < int64(h.obj.Size); off += chunk {
+		readCheck(t, b, h, off, chunk)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	b := newFakeBucket()
+	for _, cfg := range []Config{
+		{MemoryLimit: 64 * MiB},           // no bucket
+		{Bucket: b},                       // no memory limit
+		{Bucket: b, MemoryLimit: -1},      // negative
+		{Bucket: b, MemoryLimit: 8 * MiB}, // < 4 default parts
+		{Bucket: b, MemoryLimit: 64 * MiB, MaxConnections: -1},
+	} {
+		_, err := New(cfg)
+		assert.ErrorIs(t, err, bucket.ErrInvalid, "%+v", cfg)
+	}
+	f, err := New(Config{Bucket: b, MemoryLimit: DefaultMemoryLimit})
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, int64(DefaultPartSize), f.cfg.PartSize)
+	assert.Equal(t, DefaultMaxConnections, f.cfg.MaxConnections)
+	assert.Equal(t, int64(DefaultMaxWindow), f.cfg.MaxWindow)
+	// The product target: one stream keeps 10+ multi-MiB GETs in flight.
+	assert.GreaterOrEqual(t, f.cfg.MaxWindow/f.cfg.PartSize, int64(10))
+	assert.GreaterOrEqual(t, f.cfg.MaxConnections, 10)
+
+	f2, err := New(Config{Bucket: b, MemoryLimit: 64 * MiB, Cache: newMemCache(256 * KiB), PartSize: 1000 * KiB})
+	require.NoError(t, err)
+	defer f2.Close()
+	assert.Equal(t, 256*KiB, f2.bs, "the cache's block size wins")
+	assert.Equal(t, 1024*KiB, f2.cfg.PartSize, "parts are whole blocks")
+	assert.Equal(t, 32*MiB, f2.cfg.MaxWindow, "a window never exceeds half the budget")
+}
+
+func TestByteExact(t *testing.T) {
+	for _, withCache := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cache=%v", withCache), func(t *testing.T) {
+			b := newFakeBucket()
+			cfg := Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 512 * KiB,
+				InitialWindow: 256 * KiB, MaxWindow: 2 * MiB, SmallObjectSize: 200 * KiB}
+			if withCache {
+				cfg.Cache = newMemCache(64 * KiB)
+			}
+			f := newTestFetcher(t, cfg)
+			sizes := []int64{0, 1, 100, 64 * KiB, 64*KiB + 1, 150 * KiB, 3*MiB + 12345}
+			r := rand.New(rand.NewPCG(3, 4))
+			for _, size := range sizes {
+				obj := b.put(fmt.Sprintf("obj-%d", size), size)
+				h := f.Open(obj)
+				// Edges, then random ranges (some past EOF), then a sequential pass.
+				for _, rr := range [][2]int64{{0, 1}, {0, size + 10}, {size, 5}, {size + 1, 5}, {max(0, size-1), 2}} {
+					readCheck(t, b, h, rr[0], rr[1])
+				}
+				for range 30 {
+					off := r.Int64N(size + 1)
+					readCheck(t, b, h, off, 1+r.Int64N(300*KiB))
+				}
+				sequential(t, b, h, 100*KiB)
+				n, err := h.ReadAt(context.Background(), nil, 0)
+				assert.NoError(t, err)
+				assert.Zero(t, n)
+				_, err = h.ReadAt(context.Background(), make([]byte, 1), -1)
+				assert.ErrorIs(t, err, bucket.ErrInvalid)
+				h.Close()
+				_, err = h.ReadAt(context.Background(), make([]byte, 1), 0)
+				assert.ErrorIs(t, err, ErrClosed)
+			}
+		})
+	}
+}
+
+// TestSequentialOnceIntoCache: one sequential epoch downloads every byte
+// once, writes every block into the cache once, and mostly by readahead;
+// the second epoch downloads nothing.
+func TestSequentialOnceIntoCache(t *testing.T) {
+	b := newFakeBucket()
+	cache := newMemCache(128 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 64 * MiB, PartSize: 1 * MiB, MaxWindow: 8 * MiB})
+	obj := b.put("seq", 40*MiB+777)
+	h := f.Open(obj)
+	sequential(t, b, h, 256*KiB)
+	h.Close()
+	st := f.Stats()
+	assert.Equal(t, int64(obj.Size), st.BytesFetched, "every byte downloaded exactly once")
+	assert.Equal(t, 1, cache.maxWrites(), "every block written to the cache once")
+	assert.Greater(t, st.SpeculativeRequests, 10*st.DemandRequests, "readahead does the fetching: %+v", st)
+	for _, r := range b.ranges("seq") {
+		assert.LessOrEqual(t, r.Len(), uint64(1*MiB), "parts are at most PartSize: %v", r)
+	}
+
+	h2 := f.Open(obj)
+	sequential(t, b, h2, 1*MiB)
+	h2.Close()
+	st2 := f.Stats()
+	assert.Equal(t, st.BytesFetched, st2.BytesFetched, "the second epoch is served by the cache")
+	assert.Equal(t, st.Requests, st2.Requests)
+	assert.GreaterOrEqual(t, st2.CacheHitBytes, int64(obj.Size))
+}
+
+// Without a cache, prefetched parts stay in memory until read; still each
+// byte is downloaded once.
+func TestSequentialNoCache(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 32 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxWindow: 8 * MiB})
+	obj := b.put("seq", 30*MiB+5)
+	h := f.Open(obj)
+	sequential(t, b, h, 128*KiB)
+	st := f.Stats()
+	assert.Equal(t, int64(obj.Size), st.BytesFetched)
+	assert.Greater(t, st.PrefetchHitBytes, int64(obj.Size)*3/4)
+	assert.Zero(t, st.SpeculativeDropped)
+	h.Close()
+	assert.Zero(t, f.Stats().BudgetInUse)
+}
+
+// TestWindowGrowsToManyParallelParts runs the detector with default tuning
+// against a store that holds every request: a sequential reader ends up
+// with MaxWindow/PartSize (>= 10) parts of PartSize in flight at once.
+func TestWindowGrowsToManyParallelParts(t *testing.T) {
+	b := newFakeBucket()
+	release := make(chan struct{})
+	// Hold full-size parts; the small ones of a young window go through.
+	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
+		if req.Range.Len() < DefaultPartSize {
+			return nil
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: DefaultMemoryLimit})
+	obj := b.put("big", 4<<30)
+	h := f.Open(obj)
+	// Feed the detector as FUSE would (1 MiB reads) without waiting for data.
+	var windows []int64
+	for off := int64(0); off < 200*MiB; off += MiB {
+		require.NoError(t, h.observe(off, MiB))
+		h.mu.Lock()
+		windows = append(windows, h.det.streams[len(h.det.streams)-1].window)
+		h.mu.Unlock()
+	}
+	s := h.det.streams[0]
+	assert.Equal(t, int64(DefaultMaxWindow), s.window)
+	for i := 1; i < len(windows); i++ {
+		require.GreaterOrEqual(t, windows[i], windows[i-1], "the window only grows while nothing is dropped")
+	}
+	assert.Equal(t, 4*MiB, windows[0], "starts at InitialWindow, or four reads if larger")
+	// Small parts complete; full-size parts are held in the store until
+	// they occupy every connection: that many 8 MiB GETs at once.
+	full := func() int {
+		n := 0
+		for _, r := range b.requests() {
+			assert.Equal(t, obj.Version, r.Version, "every GET is pinned")
+			if r.Range.Len() == DefaultPartSize {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return full() == DefaultMaxConnections }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, int64(DefaultMaxConnections), b.inflight.Load())
+	h.mu.Lock()
+	assert.LessOrEqual(t, s.frontier-s.next, s.window, "readahead reaches at most a window ahead")
+	h.mu.Unlock()
+	close(release)
+	h.Close()
+}
+
+func TestWindowShrinks(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 8 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB,
+		InitialWindow: 512 * KiB, MaxWindow: 4 * MiB})
+	obj := b.put("o", 1<<30)
+	h := f.Open(obj)
+	for off := int64(0); off < 16*MiB; off += 256 * KiB {
+		readCheck(t, b, h, off, 256*KiB)
+	}
+	assert.Zero(t, f.Stats().SpeculativeDropped)
+	h.mu.Lock()
+	s := h.det.streams[0]
+	assert.Equal(t, 4*MiB, s.window)
+	h.mu.Unlock()
+
+	// A random jump starts a new stream at the initial window.
+	require.NoError(t, h.observe(700*MiB, 256*KiB))
+	require.NoError(t, h.observe(700*MiB+256*KiB, 256*KiB))
+	h.mu.Lock()
+	j := h.det.streams[len(h.det.streams)-1]
+	assert.NotSame(t, s, j)
+	assert.Equal(t, 512*KiB, j.window)
+	h.mu.Unlock()
+
+	// Fill the budget with someone else's memory: readahead is dropped and
+	// the window halves.
+	used, _ := f.budget.snapshot()
+	took := f.budget.limit - used
+	require.True(t, f.budget.TryAcquire(took))
+	before := f.Stats().SpeculativeDropped
+	h.mu.Lock()
+	w := s.window
+	h.mu.Unlock()
+	for k := int64(0); k < 16; k++ {
+		require.NoError(t, h.observe(16*MiB+k*256*KiB, 256*KiB))
+	}
+	h.mu.Lock()
+	assert.Less(t, s.window, w)
+	assert.GreaterOrEqual(t, s.window, int64(512*KiB))
+	h.mu.Unlock()
+	assert.Greater(t, f.Stats().SpeculativeDropped, before)
+	h.Close()
+	f.budget.Release(took)
+}

@@ -1,0 +1,633 @@
+package readahead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"ferry/bucket"
+)
+
+// Handle reads one object version. ReadAt may be called concurrently.
+type Handle struct {
+	// Dependencies
+	f *Fetcher
+
+	// Constant data
+	obj    bucket.Object
+	key    objKey
+	small  bool            // fetched whole on the first read
+	ctx    context.Context // parent of the streams' contexts
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // this handle's readahead goroutines
+
+	closed atomic.Bool // set under mu
+
+	mu  sync.Mutex
+	det detector // GUARDED_BY(mu)
+}
+
+// ReadAt reads len(p) bytes at off with io.ReaderAt semantics: fewer bytes
+// only at the end of the object, with io.EOF. Errors from the bucket are
+// wrapped and stay errors.Is-able (bucket.ErrPrecondition for a changed
+// object). It does not retain p.
+func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("readahead: %w: negative offset %d", bucket.ErrInvalid, off)
+	}
+	if h.closed.Load() {
+		return 0, ErrClosed
+	}
+	size := int64(h.obj.Size)
+	if off >= size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end := min(off+int64(len(p)), size)
+	if err := h.observe(off, end-off); err != nil {
+		return 0, err
+	}
+	if err := h.f.read(ctx, h, p[:end-off], off, end); err != nil {
+		return 0, err
+	}
+	n := int(end - off)
+	h.f.stats.bytesRead.Add(int64(n))
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Close cancels the handle's readahead, waits for it and frees the memory
+// it holds. Reads after Close fail with ErrClosed.
+func (h *Handle) Close() {
+	h.mu.Lock()
+	if h.closed.Load() {
+		h.mu.Unlock()
+		return
+	}
+	h.closed.Store(true)
+	h.det.streams = nil
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+	h.f.mu.Lock()
+	h.f.dropKeptLocked(h, nil, int64(h.obj.Size)+1)
+	h.f.mu.Unlock()
+}
+
+// observe feeds the detector and issues readahead for a sequential stream.
+func (h *Handle) observe(off, n int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed.Load() {
+		return ErrClosed
+	}
+	if h.small {
+		return nil
+	}
+	s, advanced, evicted := h.det.observe(off, n)
+	if evicted != nil {
+		// Seeking away: the oldest stream's readahead is cancelled and its
+		// memory returned.
+		evicted.cancel()
+		h.f.mu.Lock()
+		h.f.dropKeptLocked(h, evicted, int64(h.obj.Size)+1)
+		h.f.mu.Unlock()
+	}
+	if advanced && s.sequential() {
+		h.prefetch(s, n)
+	}
+	return nil
+}
+
+// prefetch grows s's window and issues parts up to next+window; n is the
+// length of the read that triggered it.
+// LOCKS_REQUIRED(h.mu)
+func (h *Handle) prefetch(s *stream, n int64) {
+	f := h.f
+	cfg := &f.cfg
+	size := int64(h.obj.Size)
+	if s.frontier == 0 {
+		// A window smaller than a few of the reader's own reads would
+		// leave it waiting on every read.
+		s.window = min(max(s.window, 4*alignUp(n, f.bs)), cfg.MaxWindow)
+		s.growAt = s.next + s.window/4
+	}
+	// The window grows once readahead has started and the reader has
+	// consumed a quarter of it since the last growth.
+	if s.frontier > 0 && s.next >= s.growAt && s.window < cfg.MaxWindow {
+		s.window = min(2*s.window, cfg.MaxWindow)
+		s.growAt = s.next + s.window/4
+		if f.windowHist != nil {
+			f.windowHist.Observe(float64(s.window))
+		}
+	}
+	// Parts the reader has left behind (beyond reordering) are not wanted.
+	f.mu.Lock()
+	f.dropKeptLocked(h, s, s.next-cfg.ReorderTolerance)
+	f.mu.Unlock()
+
+	s.frontier = max(s.frontier, min(alignUp(s.next, f.bs), size))
+	// Without a cache, the window is memory: everything between the
+	// reader and the frontier is held. With a cache, completed parts leave
+	// memory at once, so the window bounds only the bytes in flight and
+	// readahead may run up to two windows ahead: the link stays busy while
+	// the reader works through what has arrived, instead of all parts
+	// being issued, and completing, in one convoy.
+	reach := s.window
+	if f.cache != nil {
+		reach = 2 * s.window
+	}
+	target := min(alignUp(s.next+reach, f.bs), size)
+	// A window is at least eight parts, so even a young stream has several
+	// requests in flight: one connection alone is far below link speed.
+	// Slivers are not issued: we wait until a whole part fits.
+	partSize := max(f.bs, alignDown(min(cfg.PartSize, s.window/8), f.bs))
+	for s.frontier < target {
+		boundary := alignDown(s.frontier, partSize) + partSize
+		end := min(boundary, target)
+		if end < boundary && end < size {
+			break
+		}
+		if f.cache != nil && s.inflight+(end-s.frontier) > s.window {
+			break
+		}
+		if !h.issue(s, s.frontier, end) {
+			f.stats.specDropped.Add(1)
+			s.window = max(cfg.InitialWindow, s.window/2)
+			s.growAt = s.next + s.window/4
+			return
+		}
+		s.frontier = end
+	}
+}
+
+// issue starts readahead of the blocks of [from, to) that are neither
+// cached nor already fetched. It reports false (nothing issued) when the
+// budget has no room: readahead is dropped, never queued.
+// LOCKS_REQUIRED(h.mu)
+func (h *Handle) issue(s *stream, from, to int64) bool {
+	f := h.f
+	b0, b1 := from/f.bs, (to+f.bs-1)/f.bs
+	missing := make([]bool, b1-b0)
+	for i := range missing {
+		missing[i] = f.cache == nil || !f.cache.HasBlock(&h.obj, b0+int64(i))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return true
+	}
+	for i := range missing {
+		if missing[i] && f.table[blockKey{h.key, b0 + int64(i)}] != nil {
+			missing[i] = false
+		}
+	}
+	runs := runsOf(b0, missing)
+	if len(runs) == 0 {
+		return true
+	}
+	var cost int64
+	for _, r := range runs {
+		cost += f.pool.class(min(r[1]*f.bs, int64(h.obj.Size)) - r[0]*f.bs)
+	}
+	// Blocks kept from the cache are cheap to read again: readahead may
+	// take their memory.
+	for !f.budget.TryAcquire(cost) {
+		if !f.reclaimCacheBlockLocked() {
+			return false
+		}
+	}
+	for _, r := range runs {
+		p := f.newPart(h, r[0], r[1], true, true)
+		p.stream = s
+		p.ctx, p.cancel = context.WithCancel(s.ctx)
+		s.inflight += p.end - p.start
+		f.launch(p)
+	}
+	return true
+}
+
+// readaheadDone is called when readahead part p of this handle has
+// completed (or failed): the stream may issue more at once, without
+// waiting for the reader's next read.
+func (h *Handle) readaheadDone(p *part) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := p.stream
+	s.inflight -= p.end - p.start
+	if h.closed.Load() || s.ctx.Err() != nil || h.f.cache == nil || p.err != nil {
+		return
+	}
+	h.prefetch(s, 0)
+}
+
+// runsOf returns the runs [first, limit) of consecutive true entries of
+// set, whose index 0 is block b0.
+func runsOf(b0 int64, set []bool) [][2]int64 {
+	var runs [][2]int64
+	for i := 0; i < len(set); {
+		if !set[i] {
+			i++
+			continue
+		}
+		j := i
+		for j < len(set) && set[j] {
+			j++
+		}
+		runs = append(runs, [2]int64{b0 + int64(i), b0 + int64(j)})
+		i = j
+	}
+	return runs
+}
+
+// read fills dst with [off, end), in chunks of at most one part so that
+// no single demand read needs more memory than the budget can give.
+func (f *Fetcher) read(ctx context.Context, h *Handle, dst []byte, off, end int64) error {
+	chunkEnd := func(cs int64) int64 { return min(end, alignDown(cs, f.bs)+f.cfg.PartSize) }
+	if chunkEnd(off) == end {
+		return f.readChunk(ctx, h, dst, off, end)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(f.cfg.MaxConnections)
+	for cs := off; cs < end; {
+		ce := chunkEnd(cs)
+		d := dst[cs-off : ce-off]
+		from := cs
+		g.Go(func() error { return f.readChunk(gctx, h, d, from, ce) })
+		cs = ce
+	}
+	return g.Wait()
+}
+
+// chunk is one demand read of [cs, ce) into dst; its blocks are
+// [b0, b0+len(filled)).
+type chunk struct {
+	f      *Fetcher
+	h      *Handle
+	dst    []byte
+	cs, ce int64
+	b0     int64
+	filled []bool
+	left   int
+}
+
+// readChunk serves [cs, ce) from memory, the cache and the bucket, in that
+// order. Each round it either waits for fetches already in flight or funds
+// and starts its own; it never blocks on the budget while holding
+// references to parts, so demand reads cannot deadlock one another.
+func (f *Fetcher) readChunk(ctx context.Context, h *Handle, dst []byte, cs, ce int64) error {
+	b0, b1 := cs/f.bs, (ce+f.bs-1)/f.bs
+	c := &chunk{f: f, h: h, dst: dst, cs: cs, ce: ce, b0: b0, filled: make([]bool, b1-b0), left: int(b1 - b0)}
+	// Every round copies something, starts a fetch, or sees a fetch it
+	// waited for fail; only failures count against maxAttempts.
+	failures := 0
+	for first := true; c.left > 0; first = false {
+		if failures >= maxAttempts {
+			return fmt.Errorf("readahead: read %q [%d, %d): %w: gave up after %d failed fetches",
+				h.obj.Name, cs, ce, bucket.ErrUnavailable, failures)
+		}
+		if err := ctx.Err(); err != nil {
+			return bucket.ContextError(ctx, err)
+		}
+		// Memory first; note the blocks whose fetch is in flight.
+		parts, inflight, _ := c.lookup(false)
+		c.copyParts(parts)
+		if f.cache != nil {
+			if err := c.readCache(ctx, inflight); err != nil {
+				return err
+			}
+		}
+		if c.left == 0 {
+			break
+		}
+		var extras []int64
+		if h.small && first {
+			extras = c.smallExtras()
+		}
+		parts, _, missing := c.lookup(true)
+		var own []*part
+		if len(missing) > 0 {
+			mine, more, err := c.claim(ctx, missing, extras, len(parts) > 0)
+			if err != nil {
+				c.unref(parts)
+				return err
+			}
+			own = mine
+			parts = append(parts, more...)
+			parts = append(parts, own...)
+		}
+		n, err := c.wait(ctx, parts, own)
+		if err != nil {
+			return err
+		}
+		failures += n
+	}
+	return nil
+}
+
+// blockRange is the byte range of block i clipped to the object and the
+// part of it this chunk wants.
+func (c *chunk) blockRange(i int64) (bs, be, lo, hi int64) {
+	bs = i * c.f.bs
+	be = min(bs+c.f.bs, int64(c.h.obj.Size))
+	return bs, be, max(bs, c.cs), min(be, c.ce)
+}
+
+// lookup finds the unfilled blocks in the table. It returns the parts
+// covering them, with a reference taken: done ones always, in-flight ones
+// only if takeInflight (else it marks them in inflight). missing lists the
+// blocks no part covers.
+func (c *chunk) lookup(takeInflight bool) (parts []*part, inflight []bool, missing []int64) {
+	f := c.f
+	inflight = make([]bool, len(c.filled))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for j, ok := range c.filled {
+		if ok {
+			continue
+		}
+		i := c.b0 + int64(j)
+		p := f.table[blockKey{c.h.key, i}]
+		if p == nil {
+			missing = append(missing, i)
+			continue
+		}
+		if p.buf == nil && !takeInflight {
+			inflight[j] = true
+			continue
+		}
+		if !slices.Contains(parts, p) {
+			p.refs++
+			if p.buf == nil {
+				p.urgent.Store(true)
+			}
+			parts = append(parts, p)
+		}
+	}
+	return parts, inflight, missing
+}
+
+// copyParts copies from done parts and drops the references.
+func (c *chunk) copyParts(parts []*part) {
+	if len(parts) == 0 {
+		return
+	}
+	type use struct {
+		p    *part
+		i, n int64
+	}
+	var uses []use
+	for _, p := range parts {
+		for i := max(p.first, c.b0); i < min(p.limit, c.b0+int64(len(c.filled))); i++ {
+			j := i - c.b0
+			if c.filled[j] {
+				continue
+			}
+			_, _, lo, hi := c.blockRange(i)
+			copy(c.dst[lo-c.cs:hi-c.cs], p.buf[lo-p.start:hi-p.start])
+			c.filled[j] = true
+			c.left--
+			switch {
+			case p.fromCache:
+				c.f.stats.cacheHitBytes.Add(hi - lo)
+			case p.spec:
+				c.f.stats.prefetchHitBytes.Add(hi - lo)
+			}
+			uses = append(uses, use{p, i, hi - lo})
+		}
+	}
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	for _, u := range uses {
+		c.f.consumeLocked(u.p, u.i, u.n)
+	}
+	for _, p := range parts {
+		c.f.unrefLocked(p)
+	}
+}
+
+func (c *chunk) unref(parts []*part) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	for _, p := range parts {
+		c.f.unrefLocked(p)
+	}
+}
+
+// readCache fills unfilled blocks that are not in flight from the cache.
+// Called holding no references.
+func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
+	f := c.f
+	for j, ok := range c.filled {
+		if ok || inflight[j] {
+			continue
+		}
+		i := c.b0 + int64(j)
+		bs, be, lo, hi := c.blockRange(i)
+		if lo == bs && hi == be {
+			if f.cache.ReadBlock(&c.h.obj, i, c.dst[lo-c.cs:hi-c.cs]) {
+				c.filled[j] = true
+				c.left--
+				f.stats.cacheHitBytes.Add(hi - lo)
+			}
+			continue
+		}
+		// We want part of the block, but the cache reads (and checks)
+		// whole blocks: keep the block in memory for the reads of the
+		// rest of it, which usually follow.
+		cost := f.pool.class(be - bs)
+		if err := f.budget.Acquire(ctx, cost); err != nil {
+			return err
+		}
+		buf := f.pool.get(be - bs)
+		if !f.cache.ReadBlock(&c.h.obj, i, buf) {
+			f.pool.put(buf)
+			f.budget.Release(cost)
+			continue
+		}
+		copy(c.dst[lo-c.cs:hi-c.cs], buf[lo-bs:hi-bs])
+		c.filled[j] = true
+		c.left--
+		f.stats.cacheHitBytes.Add(hi - lo)
+		f.keepCacheBlock(c.h, i, buf, cost, hi-lo)
+	}
+	return nil
+}
+
+// keepCacheBlock publishes block i, just read from the cache into buf
+// (cost accounted), as a kept part of which n bytes are already consumed;
+// or frees it if the block is in memory already.
+func (f *Fetcher) keepCacheBlock(h *Handle, i int64, buf []byte, cost, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || h.closed.Load() || f.table[blockKey{h.key, i}] != nil {
+		f.pool.put(buf)
+		f.budget.Release(cost)
+		return
+	}
+	p := &part{
+		key: h.key, obj: &h.obj, first: i, limit: i + 1,
+		start: i * f.bs, end: i*f.bs + int64(len(buf)),
+		keep: true, fromCache: true, owner: h,
+		done: closedChan, cost: cost, buf: buf, refs: 1, owned: true,
+		consumed: make([]int64, 1), left: 1,
+	}
+	f.table[blockKey{h.key, i}] = p
+	p.inTable = true
+	p.elem = f.resident.PushBack(p)
+	f.consumeLocked(p, i, n)
+}
+
+// closedChan is the done channel of parts that are born complete.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// smallExtras lists the blocks of a small object outside this chunk that
+// the cache lacks, so the first read fetches the whole object at once.
+func (c *chunk) smallExtras() []int64 {
+	f := c.f
+	n := (int64(c.h.obj.Size) + f.bs - 1) / f.bs
+	var extras []int64
+	for i := int64(0); i < n; i++ {
+		if i >= c.b0 && i < c.b0+int64(len(c.filled)) {
+			continue
+		}
+		if f.cache == nil || !f.cache.HasBlock(&c.h.obj, i) {
+			extras = append(extras, i)
+		}
+	}
+	return extras
+}
+
+// claim funds and starts fetches for the missing blocks (merged into runs
+// with adjacent extras). If the budget is full and deferOK, it returns
+// nothing: the caller first waits for the fetches it holds references to.
+// It returns its own parts (referenced) and parts of blocks someone else
+// claimed meanwhile (referenced).
+func (c *chunk) claim(ctx context.Context, missing, extras []int64, deferOK bool) (own, more []*part, err error) {
+	f := c.f
+	want := make(map[int64]bool, len(missing)+len(extras))
+	for _, i := range missing {
+		want[i] = true
+	}
+	for _, i := range extras {
+		want[i] = false
+	}
+	all := append(slices.Clone(missing), extras...)
+	slices.Sort(all)
+	runs := c.runs(all, want)
+	var cost int64
+	for _, r := range runs {
+		cost += f.pool.class(c.runBytes(r))
+	}
+	if !f.budget.TryAcquire(cost) {
+		if deferOK {
+			return nil, nil, nil
+		}
+		if err := f.budget.Acquire(ctx, cost); err != nil {
+			return nil, nil, err
+		}
+	}
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		f.budget.Release(cost)
+		return nil, nil, ErrClosed
+	}
+	// Blocks someone else started meanwhile are theirs.
+	var free []int64
+	for _, i := range all {
+		p := f.table[blockKey{c.h.key, i}]
+		switch {
+		case p == nil:
+			free = append(free, i)
+		case want[i] && !slices.Contains(more, p):
+			p.refs++
+			if p.buf == nil {
+				p.urgent.Store(true)
+			}
+			more = append(more, p)
+		}
+	}
+	var used int64
+	keep := c.h.small && f.cache == nil
+	for _, r := range c.runs(free, want) {
+		p := f.newPart(c.h, r[0], r[1], false, keep)
+		p.refs++ // ours
+		p.ctx, p.cancel = context.WithCancel(ctx)
+		stop := context.AfterFunc(f.ctx, p.cancel)
+		cancel := p.cancel
+		p.cancel = func() { stop(); cancel() }
+		used += p.cost
+		own = append(own, p)
+		f.launch(p)
+	}
+	f.mu.Unlock()
+	f.budget.Release(cost - used)
+	return own, more, nil
+}
+
+// runs groups sorted blocks into runs of consecutive blocks and keeps only
+// runs containing a block the chunk wants (want[i] true).
+func (c *chunk) runs(blocks []int64, want map[int64]bool) [][2]int64 {
+	var runs [][2]int64
+	for k := 0; k < len(blocks); {
+		l := k + 1
+		for l < len(blocks) && blocks[l] == blocks[l-1]+1 {
+			l++
+		}
+		for m := k; m < l; m++ {
+			if want[blocks[m]] {
+				runs = append(runs, [2]int64{blocks[k], blocks[l-1] + 1})
+				break
+			}
+		}
+		k = l
+	}
+	return runs
+}
+
+func (c *chunk) runBytes(r [2]int64) int64 {
+	return min(r[1]*c.f.bs, int64(c.h.obj.Size)) - r[0]*c.f.bs
+}
+
+// wait waits for parts (all referenced), copies what they bring and drops
+// the references. A failed fetch of our own is the read's error; someone
+// else's cancelled or speculative fetch just sends us round again.
+func (c *chunk) wait(ctx context.Context, parts, own []*part) (failures int, err error) {
+	for k, p := range parts {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			c.unref(parts[k:])
+			return failures, bucket.ContextError(ctx, ctx.Err())
+		}
+		if p.err == nil {
+			c.copyParts([]*part{p})
+			continue
+		}
+		c.unref([]*part{p})
+		if slices.Contains(own, p) || (!p.spec && !errors.Is(p.err, bucket.ErrCanceled)) {
+			c.unref(parts[k+1:])
+			return failures, p.err
+		}
+		failures++
+	}
+	return failures, nil
+}

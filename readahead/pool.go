@@ -1,0 +1,35 @@
+package readahead
+
+import "sync"
+
+// bufPool recycles buffers by size class (multiples of the block size, so
+// a part's accounted cost is its real capacity) so that a steady stream of
+// parts does not make the GC balloon the heap.
+type bufPool struct {
+	blockSize int64
+	pools     sync.Map // int64 class -> *sync.Pool
+}
+
+// class is the capacity (and budget cost) of a buffer for n bytes.
+func (p *bufPool) class(n int64) int64 { return alignUp(n, p.blockSize) }
+
+// get returns a buffer of length n. The caller has accounted class(n).
+func (p *bufPool) get(n int64) []byte {
+	c := p.class(n)
+	if v, ok := p.pools.Load(c); ok {
+		if b, ok := v.(*sync.Pool).Get().(*[]byte); ok {
+			return (*b)[:n]
+		}
+	}
+	return make([]byte, n, c)
+}
+
+func (p *bufPool) put(b []byte) {
+	if b == nil {
+		return
+	}
+	c := int64(cap(b))
+	v, _ := p.pools.LoadOrStore(c, &sync.Pool{})
+	b = b[:c]
+	v.(*sync.Pool).Put(&b)
+}

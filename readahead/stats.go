@@ -1,0 +1,99 @@
+package readahead
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Stats is a snapshot of a Fetcher's counters.
+type Stats struct {
+	// BytesFetched is what came from the bucket; Requests the ranged reads
+	// started (DemandRequests + SpeculativeRequests).
+	BytesFetched, Requests, DemandRequests, SpeculativeRequests int64
+	// SpeculativeDropped counts readahead not issued because the memory
+	// budget was full; SpeculativeFailed readahead that failed or was
+	// cancelled (a demand read fetches those bytes itself).
+	SpeculativeDropped, SpeculativeFailed int64
+	// Evicted counts kept readahead parts dropped unread to make room for
+	// a demand read.
+	Evicted int64
+	// BytesRead is what ReadAt returned; CacheHitBytes of it came from the
+	// disk cache, PrefetchHitBytes from readahead (the rest from the
+	// read's own fetches).
+	BytesRead, CacheHitBytes, PrefetchHitBytes int64
+	// BudgetInUse is the memory accounted now, BudgetPeak its maximum,
+	// BudgetLimit the limit.
+	BudgetInUse, BudgetPeak, BudgetLimit int64
+}
+
+type counters struct {
+	bytesFetched, requests, demandRequests, specRequests atomic.Int64
+	specDropped, specFailed, evicted                     atomic.Int64
+	bytesRead, cacheHitBytes, prefetchHitBytes           atomic.Int64
+}
+
+// Stats returns the current counters.
+func (f *Fetcher) Stats() Stats {
+	used, peak := f.budget.snapshot()
+	return Stats{
+		BytesFetched:        f.stats.bytesFetched.Load(),
+		Requests:            f.stats.requests.Load(),
+		DemandRequests:      f.stats.demandRequests.Load(),
+		SpeculativeRequests: f.stats.specRequests.Load(),
+		SpeculativeDropped:  f.stats.specDropped.Load(),
+		SpeculativeFailed:   f.stats.specFailed.Load(),
+		Evicted:             f.stats.evicted.Load(),
+		BytesRead:           f.stats.bytesRead.Load(),
+		CacheHitBytes:       f.stats.cacheHitBytes.Load(),
+		PrefetchHitBytes:    f.stats.prefetchHitBytes.Load(),
+		BudgetInUse:         used,
+		BudgetPeak:          peak,
+		BudgetLimit:         f.budget.limit,
+	}
+}
+
+func (f *Fetcher) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	load := func(v *atomic.Int64) func() float64 { return func() float64 { return float64(v.Load()) } }
+	f.windowHist = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "ferry_readahead_window_bytes",
+		Help:    "Readahead window size of sequential streams, observed each time it grows.",
+		Buckets: prometheus.ExponentialBuckets(1<<20, 2, 10),
+	})
+	f.collectors = []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_readahead_budget_bytes",
+			Help: "Memory accounted against the readahead budget.",
+		}, func() float64 { used, _ := f.budget.snapshot(); return float64(used) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_readahead_budget_limit_bytes",
+			Help: "The readahead memory budget (--memory-limit).",
+		}, func() float64 { return float64(f.budget.limit) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_readahead_dropped_total",
+			Help: "Readahead parts not issued because the memory budget was full.",
+		}, load(&f.stats.specDropped)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_readahead_fetched_bytes_total",
+			Help: "Bytes received from the bucket.",
+		}, load(&f.stats.bytesFetched)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_readahead_requests_total",
+			Help: "Ranged reads started.",
+		}, load(&f.stats.requests)),
+		f.windowHist,
+	}
+	for i, c := range f.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, d := range f.collectors[:i] {
+				reg.Unregister(d)
+			}
+			return err
+		}
+	}
+	f.reg = reg
+	return nil
+}
