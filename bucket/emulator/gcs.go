@@ -30,45 +30,71 @@ type GCS struct {
 // directory markers (a Put of "dir/" succeeds but stores nothing) nor an
 // object "a" next to "a/b". Use StartGCSInMemory where those matter.
 func StartGCS(ctx context.Context, dir string) (*GCS, error) {
-	root := filepath.Join(dir, "data")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
-	}
-	return startGCS(ctx, dir, "-backend", "filesystem", "-filesystem-root", root)
+	return StartGCSWith(ctx, GCSOptions{Dir: dir})
 }
 
 // StartGCSInMemory runs fake-gcs-server keeping objects in its memory,
 // which has GCS's naming semantics (markers, "a" next to "a/b"); for
 // small test data. dir only holds the log.
 func StartGCSInMemory(ctx context.Context, dir string) (*GCS, error) {
-	return startGCS(ctx, dir, "-backend", "memory")
+	return StartGCSWith(ctx, GCSOptions{Dir: dir, Memory: true})
 }
 
-func startGCS(ctx context.Context, dir string, backendArgs ...string) (*GCS, error) {
+// GCSOptions configures StartGCSWith.
+type GCSOptions struct {
+	// Dir holds the log and, unless Memory, the objects (under Dir/data).
+	Dir string
+	// Memory keeps objects in the emulator's memory instead.
+	Memory bool
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// PublicHost is the host:port clients dial. XML-API reads (the
+	// storage library's ranged reads) are only routed when the Host
+	// header equals it, so a proxy in front of the emulator must be named
+	// here. "" means the emulator's own address.
+	PublicHost string
+}
+
+// StartGCSWith runs fake-gcs-server as opts say. The caller must Stop it.
+func StartGCSWith(ctx context.Context, opts GCSOptions) (*GCS, error) {
 	bin, err := Binary(ctx, FakeGCS)
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	port := opts.Port
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
 	}
 	addr := hostPort(port)
+	public := opts.PublicHost
+	if public == "" {
+		public = addr
+	}
 	args := []string{
 		"-scheme", "http",
 		"-host", "127.0.0.1",
 		"-port", strconv.Itoa(port),
-		// XML-API reads (the storage library's default for ranged reads)
-		// are only routed when the Host header equals -public-host, so it
-		// must be exactly the host:port clients dial.
-		"-public-host", addr,
+		"-public-host", public,
 		// Where resumable uploads are told to continue.
 		"-external-url", "http://" + addr,
 		// Per-request info lines would grow the log by GBs in benchmarks.
 		"-log-level", "warn",
 	}
-	args = append(args, backendArgs...)
-	srv, err := StartProcess(ctx, bin, args, nil, addr, filepath.Join(dir, "fake-gcs-server.log"), 30*time.Second)
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if opts.Memory {
+		args = append(args, "-backend", "memory")
+	} else {
+		root := filepath.Join(opts.Dir, "data")
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, err
+		}
+		args = append(args, "-backend", "filesystem", "-filesystem-root", root)
+	}
+	srv, err := StartProcess(ctx, bin, args, nil, addr, filepath.Join(opts.Dir, "fake-gcs-server.log"), 30*time.Second)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,235 @@
+package flags
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Config is the parsed, validated command line. Paths are absolute, so the
+// background child may change its working directory.
+type Config struct {
+	// Source is the store URL: gs://bucket[/prefix], s3://bucket[/prefix]
+	// or file:///abs/dir.
+	Source string
+	// MountPoint is the absolute path of the directory to mount on.
+	MountPoint string
+
+	Foreground bool
+
+	// Store.
+	Endpoint       string
+	Anonymous      bool
+	Region         string
+	S3PathStyle    bool
+	KeyFile        string
+	BillingProject string
+	MaxConnections int
+
+	// Metadata cache; Forever (-1) never expires, 0 is off.
+	MetadataTTL time.Duration
+	NegativeTTL time.Duration
+
+	// Ownership and permissions of every inode.
+	Uid, Gid   uint32
+	FileMode   os.FileMode
+	DirMode    os.FileMode
+	AllowOther bool
+
+	// Local disk cache; off when CacheDir is "".
+	CacheDir string
+	// CacheSize is the cache's maximum size in bytes; 0 lets filecache
+	// choose (see CacheBudget).
+	CacheSize int64
+	// CacheMinFree is the free-space floor on the cache file system, in
+	// bytes, or as CacheMinFreePercent of its size when that is non-zero.
+	CacheMinFree        int64
+	CacheMinFreePercent float64
+	CacheBlockSize      int64
+
+	// Memory and kernel.
+	MemoryLimit int64
+	ReadAheadKB int
+	// KernelOptions are generic mount flags passed to the kernel (nodev,
+	// noexec, ...), in the form jacobsa/fuse's MountConfig.Options expects.
+	KernelOptions []string
+
+	// Logging and metrics.
+	LogFile     string
+	LogFormat   string // "text" or "json"
+	Debug       bool
+	MetricsAddr string
+}
+
+// Limits used by validation.
+const (
+	// MinMemoryLimit is what readahead requires: four parts of its
+	// default 8 MiB part size.
+	MinMemoryLimit = 32 << 20
+	MinBlockSize   = 4 << 10
+	MaxBlockSize   = 16 << 20
+	MaxConnections = 1024
+	// MaxReadAheadKB is 1 GiB, far beyond what the kernel ever uses.
+	MaxReadAheadKB = 1 << 20
+)
+
+// KernelMountOptions are the generic mount(8) options ferry passes to the
+// kernel unchanged (they are handled by mount(2) flags, not by ferry).
+// relatime is not here: it is the kernel's default and the FUSE driver
+// rejects it as a data option, so ParseMountOptions drops it.
+var KernelMountOptions = []string{"dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime"}
+
+// FromContext parses and validates the options and the two positional
+// arguments of an urfave/cli context built with CLIFlags.
+func FromContext(c *cli.Context) (*Config, error) {
+	cfg := &Config{}
+	for i := range Options {
+		o := &Options[i]
+		var raws []string
+		switch {
+		case o.Kind == Bool:
+			raws = []string{strconv.FormatBool(c.Bool(o.Name))}
+		case o.Kind == List:
+			raws = c.StringSlice(o.Name)
+		case c.IsSet(o.Name):
+			raws = []string{c.String(o.Name)}
+		default:
+			raws = []string{o.Default}
+		}
+		for _, raw := range raws {
+			if err := o.set(cfg, raw); err != nil {
+				return nil, &OptionError{Option: o.Name, Err: err}
+			}
+		}
+	}
+	if err := cfg.validate(c.IsSet); err != nil {
+		return nil, err
+	}
+
+	args := c.Args().Slice()
+	if len(args) != 2 {
+		return nil, fmt.Errorf("%w: need SOURCE and MOUNTPOINT, got %d argument(s) (usage: ferry [flags] gs://bucket[/prefix] /mnt/dir)", ErrInvalid, len(args))
+	}
+	if err := cfg.setSource(args[0], c.IsSet); err != nil {
+		return nil, err
+	}
+	mp, err := filepath.Abs(args[1])
+	if err != nil {
+		return nil, fmt.Errorf("%w: mount point %q: %v", ErrInvalid, args[1], err)
+	}
+	cfg.MountPoint = mp
+	return cfg, nil
+}
+
+// validate checks rules that involve more than one option. isSet reports
+// whether the user gave an option explicitly.
+func (cfg *Config) validate(isSet func(string) bool) error {
+	if cfg.CacheDir == "" {
+		// A size without a directory means the user believes there is a
+		// cache; failing is kinder than silently reading from the network.
+		for _, name := range []string{"cache-size", "cache-min-free", "cache-block-size"} {
+			if isSet(name) {
+				return optionErr(name, "needs --cache-dir (there is no disk cache without it)")
+			}
+		}
+	}
+	if total := totalMemory(); total > 0 && uint64(cfg.MemoryLimit) > total {
+		return optionErr("memory-limit", "%s is more than this machine's %s of memory",
+			humanSize(cfg.MemoryLimit), humanSize(int64(total)))
+	}
+	return nil
+}
+
+// setSource checks the store URL's shape (connect.Open does the rest) and
+// that store-specific options match the store.
+func (cfg *Config) setSource(raw string, isSet func(string) bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return fmt.Errorf("%w: source %q is not a URL (use gs://bucket[/prefix], s3://bucket[/prefix] or file:///dir)", ErrInvalid, raw)
+	}
+	switch u.Scheme {
+	case "gs", "s3":
+		if u.Host == "" {
+			return fmt.Errorf("%w: source %q has no bucket name", ErrInvalid, raw)
+		}
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return fmt.Errorf("%w: source %q: a file URL needs an absolute path (file:///dir)", ErrInvalid, raw)
+		}
+		if !strings.HasPrefix(u.Path, "/") {
+			return fmt.Errorf("%w: source %q: a file URL needs an absolute path (file:///dir)", ErrInvalid, raw)
+		}
+	default:
+		return fmt.Errorf("%w: source %q: unknown scheme %q (use gs://, s3:// or file://)", ErrInvalid, raw, u.Scheme)
+	}
+	storeOnly := map[string]string{
+		"region": "s3", "s3-path-style": "s3",
+		"key-file": "gs", "billing-project": "gs",
+	}
+	for name, scheme := range storeOnly {
+		if isSet(name) && u.Scheme != scheme {
+			return optionErr(name, "only applies to %s:// sources, not %s", scheme, raw)
+		}
+	}
+	if u.Scheme == "file" {
+		for _, name := range []string{"endpoint", "anonymous"} {
+			if isSet(name) {
+				return optionErr(name, "does not apply to file:// sources")
+			}
+		}
+	}
+	cfg.Source = raw
+	return nil
+}
+
+// CacheBudget turns the cache options into the byte limits filecache.Config
+// wants, given the total size of the file system holding CacheDir: a
+// percentage --cache-min-free is resolved against it. A zero --cache-size
+// stays 0, which filecache reads as "automatic" (80% of the free space at
+// start plus what the cache already holds).
+func (cfg *Config) CacheBudget(fsTotal uint64) (maxSize, minFree int64) {
+	minFree = cfg.CacheMinFree
+	if cfg.CacheMinFreePercent > 0 {
+		minFree = int64(float64(fsTotal) * cfg.CacheMinFreePercent / 100)
+	}
+	return cfg.CacheSize, minFree
+}
+
+// totalMemory is the machine's RAM in bytes, or 0 when unknown.
+func totalMemory() uint64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return uint64(si.Totalram) * uint64(si.Unit)
+}
+
+// absPath makes a path option absolute; "" stays "".
+func absPath(dst *string, raw string) error {
+	if raw == "" {
+		*dst = ""
+		return nil
+	}
+	p, err := filepath.Abs(raw)
+	if err != nil {
+		return err
+	}
+	*dst = p
+	return nil
+}
+
+// checkHostPort accepts "host:port" and ":port".
+func checkHostPort(s string) error {
+	if _, port, err := net.SplitHostPort(s); err != nil || port == "" {
+		return fmt.Errorf("%q is not host:port (use e.g. localhost:9101 or :9101)", s)
+	}
+	return nil
+}

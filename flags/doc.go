@@ -1,0 +1,63 @@
+package flags
+
+import (
+	"fmt"
+	"strings"
+)
+
+// README markers around the generated flag section.
+const (
+	BeginMarker = "<!-- BEGIN FLAGS -->"
+	EndMarker   = "<!-- END FLAGS -->"
+)
+
+var categoryOrder = []string{catMount, catStore, catMeta, catPerms, catCache, catPerf, catLogging}
+
+// Markdown documents every option, grouped by category, as Markdown tables.
+// The README section between the markers is exactly this text.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("<!-- Generated from flags/table.go by `go run ./flags/gendoc`; do not edit. -->\n\n")
+	b.WriteString("Every flag can also be given as a mount option (`mount -o`, `/etc/fstab`) with `_` for `-`: ")
+	b.WriteString("`--cache-dir=/ssd/ferry` is `cache_dir=/ssd/ferry`, `--allow-other` is `allow_other`. ")
+	b.WriteString("Options are separated by commas; a value that contains a comma must be double-quoted (`cache_dir=\"/ssd/a,b\"`). ")
+	b.WriteString("Generic kernel mount flags (`nodev`, `nosuid`, `noatime`, ...) are written bare and become `--kernel-option`; ")
+	b.WriteString("`rw`, `relatime`, `defaults`, `auto`, `noauto`, `user`, `users`, `nouser`, `_netdev`, `nofail`, `x-*` and `comment=*` are ignored. ")
+	b.WriteString("Sizes are human (`200GiB`, `512MiB`); durations are Go durations (`60s`, `5m`) or seconds, with `-1` meaning forever and `0` off.\n")
+	for _, cat := range categoryOrder {
+		fmt.Fprintf(&b, "\n### %s\n\n", cat)
+		b.WriteString("| Flag | fstab `-o` | Default | Description |\n")
+		b.WriteString("|---|---|---|---|\n")
+		for i := range Options {
+			o := &Options[i]
+			if o.Category != cat {
+				continue
+			}
+			flag := "`" + o.Flag() + "`"
+			fstab := "`" + o.Fstab + "`"
+			if p := o.ValueName(); p != "" {
+				flag = "`" + o.Flag() + " " + p + "`"
+				fstab = "`" + o.Fstab + "=" + p + "`"
+			}
+			def := o.ShownDefault()
+			if def == "" {
+				def = "—"
+			} else if o.DefaultDoc == "" {
+				def = "`" + def + "`"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", flag, fstab, def, strings.ReplaceAll(o.Usage, "|", `\|`))
+		}
+	}
+	return b.String()
+}
+
+// UpdateSection returns readme with the text between BeginMarker and
+// EndMarker replaced by section.
+func UpdateSection(readme, section string) (string, error) {
+	begin := strings.Index(readme, BeginMarker)
+	end := strings.Index(readme, EndMarker)
+	if begin < 0 || end < 0 || end < begin {
+		return "", fmt.Errorf("README has no %s ... %s section", BeginMarker, EndMarker)
+	}
+	return readme[:begin+len(BeginMarker)] + "\n" + section + readme[end:], nil
+}

@@ -1,0 +1,220 @@
+package flags
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+)
+
+// Options is THE table. Order is the order of help and docs.
+var Options = []Option{
+	// Mount.
+	{Name: "foreground", Fstab: "foreground", Kind: Bool, Default: "false", Category: catMount,
+		Usage: "stay attached to the terminal and log to stderr instead of running in the background",
+		set:   func(c *Config, s string) error { c.Foreground = s == "true"; return nil }},
+	{Name: "allow-other", Fstab: "allow_other", Kind: Bool, Default: "false", Category: catMount,
+		Usage: "let users other than the one who mounted access the file system (needs user_allow_other in /etc/fuse.conf when not root)",
+		set:   func(c *Config, s string) error { c.AllowOther = s == "true"; return nil }},
+	{Name: "ro", Fstab: "ro", Kind: Bool, Default: "true", Category: catMount,
+		Usage: "mount read-only; accepted for fstab compatibility, ferry mounts are always read-only",
+		set: func(c *Config, s string) error {
+			if s != "true" {
+				return fmt.Errorf("ferry mounts are always read-only")
+			}
+			return nil
+		}},
+	{Name: "kernel-option", Fstab: "kernel_option", Kind: List, Category: catMount,
+		Usage: "generic mount flag for the kernel, repeatable; in fstab write it bare (nodev). This version accepts the ones every ferry mount already has (nodev, nosuid, exec, atime, noatime: a read-only mount never updates atimes) and refuses dev, suid and noexec",
+		set: func(c *Config, s string) error {
+			if !slices.Contains(KernelMountOptions, s) {
+				return fmt.Errorf("%q is not a kernel mount option ferry passes on (allowed: %v)", s, KernelMountOptions)
+			}
+			c.KernelOptions = append(c.KernelOptions, s)
+			return nil
+		}},
+	{Name: "read-ahead-kb", Fstab: "read_ahead_kb", Kind: Int, Default: "1024", Category: catMount,
+		Usage: "kernel readahead for the mount in KiB (0 keeps the kernel's default)",
+		set: func(c *Config, s string) error {
+			n, err := parseInt(s, 0, MaxReadAheadKB)
+			c.ReadAheadKB = int(n)
+			return err
+		}},
+
+	// Store.
+	{Name: "endpoint", Placeholder: "URL", Fstab: "endpoint", Kind: String, Category: catStore,
+		Usage: "store endpoint URL instead of the default one, e.g. an emulator, MinIO or an S3-speaking cache tier (http://host:port)",
+		set: func(c *Config, s string) error {
+			if s != "" {
+				u, err := url.Parse(s)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("%q is not an http(s) URL (use e.g. http://localhost:9000)", s)
+				}
+			}
+			c.Endpoint = s
+			return nil
+		}},
+	{Name: "anonymous", Fstab: "anonymous", Kind: Bool, Default: "false", Category: catStore,
+		Usage: "send no credentials (public buckets)",
+		set:   func(c *Config, s string) error { c.Anonymous = s == "true"; return nil }},
+	{Name: "region", Placeholder: "REGION", Fstab: "region", Kind: String, Category: catStore,
+		Usage: "S3 region (default: from the AWS environment/config)",
+		set:   func(c *Config, s string) error { c.Region = s; return nil }},
+	{Name: "s3-path-style", Fstab: "s3_path_style", Kind: Bool, Default: "false", Category: catStore,
+		Usage: "address S3 buckets as endpoint/bucket instead of bucket.endpoint (MinIO and most S3-compatible stores)",
+		set:   func(c *Config, s string) error { c.S3PathStyle = s == "true"; return nil }},
+	{Name: "key-file", Placeholder: "PATH", Fstab: "key_file", Kind: String, Category: catStore,
+		Usage: "GCS service-account JSON key (default: application default credentials)",
+		set: func(c *Config, s string) error {
+			if err := absPath(&c.KeyFile, s); err != nil {
+				return err
+			}
+			if c.KeyFile != "" {
+				if _, err := os.Stat(c.KeyFile); err != nil {
+					return fmt.Errorf("cannot read key file: %w", err)
+				}
+			}
+			return nil
+		}},
+	{Name: "billing-project", Placeholder: "PROJECT", Fstab: "billing_project", Kind: String, Category: catStore,
+		Usage: "GCS project billed for requester-pays buckets",
+		set:   func(c *Config, s string) error { c.BillingProject = s; return nil }},
+	{Name: "max-connections", Fstab: "max_connections", Kind: Int, Default: "16", Category: catPerf,
+		Usage: "most concurrent requests to the store",
+		set: func(c *Config, s string) error {
+			n, err := parseInt(s, 1, MaxConnections)
+			c.MaxConnections = int(n)
+			return err
+		}},
+	{Name: "memory-limit", Fstab: "memory_limit", Kind: Size, Default: "512MiB", Category: catPerf,
+		Usage: "most memory for read buffers (readahead and in-flight reads); when full, ferry reads ahead less",
+		set: func(c *Config, s string) error {
+			n, err := ParseSize(s)
+			if err != nil {
+				return err
+			}
+			if n < MinMemoryLimit {
+				return fmt.Errorf("%s is below the minimum of %s", humanSize(n), humanSize(MinMemoryLimit))
+			}
+			c.MemoryLimit = n
+			return nil
+		}},
+
+	// Metadata.
+	{Name: "metadata-ttl", Fstab: "metadata_ttl", Kind: Duration, Default: "60s", Category: catMeta,
+		Usage: "how long names, sizes and listings are cached; -1 caches forever (datasets that never change), 0 turns the cache off",
+		set: func(c *Config, s string) (err error) {
+			c.MetadataTTL, err = ParseTTL(s)
+			return err
+		}},
+	{Name: "negative-ttl", Fstab: "negative_ttl", Kind: Duration, Default: "5s", Category: catMeta,
+		Usage: "how long \"no such file\" answers are cached; -1 forever, 0 off",
+		set: func(c *Config, s string) (err error) {
+			c.NegativeTTL, err = ParseTTL(s)
+			return err
+		}},
+
+	// Ownership and permissions.
+	{Name: "uid", Placeholder: "UID", Fstab: "uid", Kind: Int, DefaultDoc: "uid running ferry", Category: catPerms,
+		Usage: "owner of every file and directory",
+		set: func(c *Config, s string) error {
+			n, err := idOrSelf(s, os.Getuid())
+			c.Uid = n
+			return err
+		}},
+	{Name: "gid", Placeholder: "GID", Fstab: "gid", Kind: Int, DefaultDoc: "gid running ferry", Category: catPerms,
+		Usage: "group of every file and directory",
+		set: func(c *Config, s string) error {
+			n, err := idOrSelf(s, os.Getgid())
+			c.Gid = n
+			return err
+		}},
+	{Name: "file-mode", Fstab: "file_mode", Kind: Mode, Default: "0444", Category: catPerms,
+		Usage: "permission bits of files",
+		set: func(c *Config, s string) error {
+			m, err := ParseMode(s)
+			c.FileMode = os.FileMode(m)
+			return err
+		}},
+	{Name: "dir-mode", Fstab: "dir_mode", Kind: Mode, Default: "0555", Category: catPerms,
+		Usage: "permission bits of directories",
+		set: func(c *Config, s string) error {
+			m, err := ParseMode(s)
+			c.DirMode = os.FileMode(m)
+			return err
+		}},
+
+	// Local disk cache.
+	{Name: "cache-dir", Placeholder: "PATH", Fstab: "cache_dir", Kind: String, Category: catCache,
+		Usage: "directory for the local disk cache (an SSD); no disk cache without it",
+		set:   func(c *Config, s string) error { return absPath(&c.CacheDir, s) }},
+	{Name: "cache-size", Fstab: "cache_size", Kind: Size, Default: "0", DefaultDoc: "0 (automatic)", Category: catCache,
+		Usage: "most bytes the disk cache may hold; 0 or empty takes 80% of the cache file system's free space at start plus what the cache already holds (--cache-min-free still applies)",
+		set: func(c *Config, s string) (err error) {
+			c.CacheSize, err = ParseSize(s)
+			return err
+		}},
+	{Name: "cache-min-free", Fstab: "cache_min_free", Kind: SizeOrPercent, Default: "5GiB", Category: catCache,
+		Usage: "free space to leave on the cache file system, as a size or a percentage of it (10%); the cache evicts to keep it",
+		set: func(c *Config, s string) (err error) {
+			c.CacheMinFree, c.CacheMinFreePercent, err = ParseSizeOrPercent(s)
+			return err
+		}},
+	{Name: "cache-block-size", Fstab: "cache_block_size", Kind: Size, Default: "64KiB", Category: catCache,
+		// 64KiB: a 512KiB record at a random offset then fetches ~1.125x
+		// its size; 128KiB would be ~1.25x, too close to our 1.3x bound.
+		Usage: "unit of caching and checksumming on disk (power of two, 4KiB to 16MiB); changing it empties the cache",
+		set: func(c *Config, s string) error {
+			n, err := ParseSize(s)
+			if err != nil {
+				return err
+			}
+			if n < MinBlockSize || n > MaxBlockSize || n&(n-1) != 0 {
+				return fmt.Errorf("%s is not a power of two between %s and %s", humanSize(n), humanSize(MinBlockSize), humanSize(MaxBlockSize))
+			}
+			c.CacheBlockSize = n
+			return nil
+		}},
+
+	// Logging and metrics.
+	{Name: "log-file", Placeholder: "PATH", Fstab: "log_file", Kind: String, DefaultDoc: "stderr in the foreground, syslog (else nothing) in the background", Category: catLogging,
+		Usage: "write logs to this file (appended)",
+		set:   func(c *Config, s string) error { return absPath(&c.LogFile, s) }},
+	{Name: "log-format", Placeholder: "text|json", Fstab: "log_format", Kind: String, Default: "text", Category: catLogging,
+		Usage: "log format: text or json",
+		set: func(c *Config, s string) error {
+			if s != "text" && s != "json" {
+				return fmt.Errorf("%q is not a log format (use text or json)", s)
+			}
+			c.LogFormat = s
+			return nil
+		}},
+	{Name: "debug", Fstab: "debug", Kind: Bool, Default: "false", Category: catLogging,
+		Usage: "log at debug level, including every FUSE operation",
+		set:   func(c *Config, s string) error { c.Debug = s == "true"; return nil }},
+	{Name: "metrics-addr", Placeholder: "HOST:PORT", Fstab: "metrics_addr", Kind: String, DefaultDoc: "off", Category: catLogging,
+		Usage: "serve Prometheus metrics on host:port at /metrics",
+		set: func(c *Config, s string) error {
+			if s != "" {
+				if err := checkHostPort(s); err != nil {
+					return err
+				}
+			}
+			c.MetricsAddr = s
+			return nil
+		}},
+}
+
+// idOrSelf parses a uid/gid; "" (the default) is self.
+func idOrSelf(s string, self int) (uint32, error) {
+	if s == "" {
+		return uint32(self), nil
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n == 1<<32-1 {
+		// 2^32-1 is (uid_t)-1, "no change" to the kernel.
+		return 0, fmt.Errorf("%q is not a uid/gid (use a number, e.g. 1000)", s)
+	}
+	return uint32(n), nil
+}

@@ -1,0 +1,189 @@
+// Command ferry mounts a Google Cloud Storage or S3 bucket, or a local
+// directory, as a read-only FUSE file system:
+//
+//	ferry [flags] gs://bucket[/prefix] /mnt/data
+//	mount -t ferry gs://bucket /mnt/data -o cache_dir=/ssd/ferry   # via /sbin/mount.ferry
+//
+// main only parses the command line (package flags), daemonizes, wires
+// bucket -> filecache -> readahead -> fs and waits for a signal. It must
+// never leave a mount behind when it fails, and never hang the caller of
+// `mount`.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"ferry/bucket"
+	"ferry/flags"
+)
+
+// Exit codes follow mount(8)'s helper convention so that `mount -t ferry`
+// reports them sensibly.
+const (
+	exitOK         = 0
+	exitUsage      = 1  // bad flags, URL or mount point
+	exitMountError = 32 // the store, the cache or the mount itself failed
+)
+
+// usageError marks errors caused by the command line.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run is main without the process: argv[0] picks the calling convention.
+func run(argv []string, stdout, stderr io.Writer) int {
+	prog := "ferry"
+	inv := invocation{stdout: stdout, stderr: stderr}
+	args := argv[1:]
+	if isMountHelper(argv[0]) {
+		prog = "mount.ferry"
+		h, err := parseHelperArgs(args)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+			return exitUsage
+		}
+		for _, u := range h.unknown {
+			fmt.Fprintf(stderr, "%s: ignoring unknown option %q (-s)\n", prog, u)
+		}
+		args, inv.fake = h.args, h.fake
+	} else {
+		args = permuteArgs(args)
+	}
+	inv.args = args
+
+	err := newApp(&inv).Run(append([]string{"ferry"}, args...))
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", prog, oneLine(err.Error()))
+	return exitCode(err)
+}
+
+// exitCode classifies an error: the command line's fault, or the mount's.
+func exitCode(err error) int {
+	var (
+		ue usageError
+		ce *childError
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ce):
+		return ce.code
+	case errors.As(err, &ue), errors.Is(err, flags.ErrInvalid), errors.Is(err, bucket.ErrInvalid):
+		return exitUsage
+	}
+	return exitMountError
+}
+
+// isMountHelper reports whether we were started as mount(8)'s helper
+// (/sbin/mount.ferry, or mount.ferry.<subtype>).
+func isMountHelper(argv0 string) bool {
+	base := filepath.Base(argv0)
+	return base == "mount.ferry" || strings.HasPrefix(base, "mount.ferry.")
+}
+
+// invocation is what one run of the command needs besides its flags.
+type invocation struct {
+	// args are the ferry-style arguments (after mount.ferry translation);
+	// the background child is started with exactly these.
+	args []string
+	// fake is mount(8)'s -f: check everything, mount nothing.
+	fake           bool
+	stdout, stderr io.Writer
+}
+
+func init() {
+	cli.FlagStringer = flags.HelpLine
+}
+
+func newApp(inv *invocation) *cli.App {
+	return &cli.App{
+		Name:  "ferry",
+		Usage: "mount a GCS or S3 bucket, or a local directory, read-only",
+		UsageText: "ferry [flags] SOURCE MOUNTPOINT\n" +
+			"   SOURCE is gs://bucket[/prefix], s3://bucket[/prefix] or file:///dir\n" +
+			"   mount -t ferry SOURCE MOUNTPOINT -o cache_dir=/ssd/ferry,allow_other   (after ferry install-helper)",
+		Flags:           flags.CLIFlags(),
+		HideHelpCommand: true,
+		Writer:          inv.stdout,
+		ErrWriter:       inv.stderr,
+		// Errors are printed once, by run, as one line.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+		Commands: []*cli.Command{installHelperCommand(), docsCommand(inv)},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 && c.NumFlags() == 0 {
+				return cli.ShowAppHelp(c)
+			}
+			cfg, err := flags.FromContext(c)
+			if err != nil {
+				return usageError{err}
+			}
+			return mountCommand(c.Context, inv, cfg)
+		},
+	}
+}
+
+func docsCommand(inv *invocation) *cli.Command {
+	return &cli.Command{
+		Name:      "docs",
+		Usage:     "print documentation",
+		ArgsUsage: "flags",
+		Action: func(c *cli.Context) error {
+			if c.Args().First() != "flags" || c.NArg() != 1 {
+				return usageError{fmt.Errorf("usage: ferry docs flags")}
+			}
+			_, err := io.WriteString(inv.stdout, flags.Markdown())
+			return err
+		},
+	}
+}
+
+// permuteArgs moves flags given after the positional arguments in front of
+// them (`ferry gs://b /mnt --foreground`), which urfave/cli does not do by
+// itself. The option table tells which flags take a value. Arguments after
+// "--" and subcommand invocations are left alone.
+func permuteArgs(args []string) []string {
+	var opts, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			pos = append(pos, args[i+1:]...)
+			i = len(args)
+		case len(pos) == 0 && (a == "install-helper" || a == "docs"):
+			return args // a subcommand parses its own flags
+		case strings.HasPrefix(a, "-") && a != "-":
+			opts = append(opts, a)
+			name := strings.TrimLeft(a, "-")
+			if strings.Contains(name, "=") {
+				continue
+			}
+			if o, ok := flags.Lookup(name); ok && o.Kind != flags.Bool && i+1 < len(args) {
+				opts = append(opts, args[i+1])
+				i++
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) == 0 {
+		return opts
+	}
+	return append(append(opts, "--"), pos...)
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/flags"
+)
+
+// fakeChildEnv makes the test binary play the background child (see
+// TestMain), so the readiness protocol is tested without FUSE.
+const fakeChildEnv = "FERRY_TEST_FAKE_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(fakeChildEnv); mode != "" {
+		os.Exit(fakeChild(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func fakeChild(mode string) int {
+	pipe, ok := daemonChild()
+	if !ok {
+		return 99
+	}
+	if os.Getenv(daemonEnv) != "" {
+		return 98 // the marker must not leak to what the child starts
+	}
+	switch mode {
+	case "ok":
+		pipe.report(nil)
+		time.Sleep(200 * time.Millisecond) // keeps running after reporting
+		return 0
+	case "usage":
+		pipe.report(usageError{errors.New("bad\nthing")})
+		return exitUsage
+	case "fail":
+		pipe.report(errors.New("bucket gone"))
+		return exitMountError
+	case "die":
+		return 3
+	case "hang":
+		time.Sleep(time.Hour)
+	}
+	return 97
+}
+
+func startFake(t *testing.T, mode string, timeout time.Duration) error {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	return startBackground(context.Background(), backgroundRequest{
+		Exe:        exe,
+		Args:       []string{"-test.run=^$"},
+		Env:        []string{fakeChildEnv + "=" + mode},
+		MountPoint: t.TempDir(),
+		Timeout:    timeout,
+	})
+}
+
+func TestBackgroundReadiness(t *testing.T) {
+	require.NoError(t, startFake(t, "ok", time.Minute))
+
+	err := startFake(t, "usage", time.Minute)
+	require.Error(t, err)
+	assert.Equal(t, "bad thing", err.Error(), "one line")
+	assert.Equal(t, exitUsage, exitCode(err))
+
+	err = startFake(t, "fail", time.Minute)
+	require.Error(t, err)
+	assert.Equal(t, "bucket gone", err.Error())
+	assert.Equal(t, exitMountError, exitCode(err))
+
+	err = startFake(t, "die", time.Minute)
+	require.ErrorIs(t, err, errNotReady)
+	assert.Contains(t, err.Error(), "exit status 3")
+	assert.Equal(t, exitMountError, exitCode(err))
+
+	// The parent never hangs: a silent child is killed at the deadline.
+	err = startFake(t, "hang", 500*time.Millisecond)
+	require.ErrorIs(t, err, errNotReady)
+	assert.Contains(t, err.Error(), "killed it")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	exe, _ := os.Executable()
+	err = startBackground(ctx, backgroundRequest{Exe: exe, Args: []string{"-test.run=^$"},
+		Env: []string{fakeChildEnv + "=hang"}, MountPoint: t.TempDir(), Timeout: time.Minute})
+	require.ErrorIs(t, err, errNotReady)
+	assert.Contains(t, err.Error(), "interrupted")
+}
+
+func TestParseHelperArgs(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want helperArgs
+	}{
+		{[]string{"gs://b", "/mnt"}, helperArgs{args: []string{"--", "gs://b", "/mnt"}}},
+		{[]string{"gs://b/p", "/mnt", "-o", "rw,cache_dir=/ssd,allow_other"},
+			helperArgs{args: []string{"--cache-dir=/ssd", "--allow-other", "--", "gs://b/p", "/mnt"}}},
+		// getopt order: options first, attached values, clusters, repeats.
+		{[]string{"-n", "-oro", "-o", "metadata_ttl=-1", "-t", "ferry", "s3://b", "/m"},
+			helperArgs{args: []string{"--ro", "--metadata-ttl=-1", "--", "s3://b", "/m"}}},
+		{[]string{"gs://b", "-sfvn", "/m", "-o", "nodev,frob"},
+			helperArgs{args: []string{"--kernel-option=nodev", "--", "gs://b", "/m"}, unknown: []string{"frob"}, fake: true}},
+		{[]string{"-vo", "debug", "--", "gs://b", "/m"},
+			helperArgs{args: []string{"--debug", "--", "gs://b", "/m"}}},
+	} {
+		got, err := parseHelperArgs(tc.argv)
+		require.NoError(t, err, "%v", tc.argv)
+		assert.Equal(t, tc.want, got, "%v", tc.argv)
+	}
+
+	for _, tc := range []struct {
+		argv []string
+		msg  string
+	}{
+		{[]string{"gs://b"}, "need SOURCE and DIR"},
+		{[]string{"gs://b", "/m", "/x"}, "need SOURCE and DIR"},
+		{[]string{"gs://b", "/m", "-o"}, "-o needs a value"},
+		{[]string{"gs://b", "/m", "-x"}, "unknown option -x"},
+		{[]string{"gs://b", "/m", "-N", "/proc/1/ns/mnt"}, "namespaces are not supported"},
+		{[]string{"gs://b", "/m", "-o", "frob"}, "-o frob: unknown mount option"},
+	} {
+		_, err := parseHelperArgs(tc.argv)
+		require.Error(t, err, "%v", tc.argv)
+		assert.Contains(t, err.Error(), tc.msg)
+		assert.ErrorIs(t, err, flags.ErrInvalid)
+	}
+}
+
+func TestPermuteArgs(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{nil, nil},
+		{[]string{"gs://b", "/m"}, []string{"--", "gs://b", "/m"}},
+		{[]string{"gs://b", "/m", "--foreground", "--cache-dir", "/c"},
+			[]string{"--foreground", "--cache-dir", "/c", "--", "gs://b", "/m"}},
+		{[]string{"--debug", "gs://b", "--metadata-ttl=-1", "/m"},
+			[]string{"--debug", "--metadata-ttl=-1", "--", "gs://b", "/m"}},
+		// A value that looks like a flag stays with its option.
+		{[]string{"--metadata-ttl", "-1", "gs://b", "/m"}, []string{"--metadata-ttl", "-1", "--", "gs://b", "/m"}},
+		{[]string{"--foreground", "--", "-odd", "/m"}, []string{"--foreground", "--", "-odd", "/m"}},
+		{[]string{"install-helper", "--dest", "/x/mount.ferry"}, []string{"install-helper", "--dest", "/x/mount.ferry"}},
+		{[]string{"--help"}, []string{"--help"}},
+	} {
+		assert.Equal(t, tc.want, permuteArgs(tc.in), "%v", tc.in)
+	}
+}
+
+// runCmd runs the command in-process and returns exit code, stdout, stderr.
+func runCmd(argv ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(argv, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestRunErrors(t *testing.T) {
+	mnt := t.TempDir()
+	notDir := filepath.Join(mnt, "file")
+	require.NoError(t, os.WriteFile(notDir, nil, 0o644))
+	for _, tc := range []struct {
+		argv []string
+		code int
+		msg  string
+	}{
+		{[]string{"ferry", "gs://b"}, exitUsage, "ferry: invalid option: need SOURCE and MOUNTPOINT"},
+		{[]string{"ferry", "--cache-dir=/c", "--cache-size=12 parsecs", "gs://b", mnt},
+			exitUsage, `ferry: --cache-size: "12 parsecs" is not a size (use e.g. 200GiB)`},
+		{[]string{"ferry", "gs://b", mnt, "--log-format=xml"}, exitUsage, "ferry: --log-format:"},
+		{[]string{"ferry", "--bogus", "gs://b", mnt}, exitUsage, "ferry: flag provided but not defined"},
+		{[]string{"ferry", "ftp://b", mnt}, exitUsage, `unknown scheme "ftp"`},
+		{[]string{"ferry", "gs://b", filepath.Join(mnt, "missing")}, exitUsage, "does not exist"},
+		{[]string{"ferry", "gs://b", notDir}, exitUsage, "is not a directory"},
+		{[]string{"ferry", "--kernel-option=noexec", "gs://b", mnt}, exitUsage, "--kernel-option: noexec is not supported"},
+		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "frob"}, exitUsage, "mount.ferry: -o frob: unknown mount option"},
+		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "memory_limit=1KiB"}, exitUsage, "mount.ferry: --memory-limit: 1.0 KiB is below the minimum"},
+		{[]string{"ferry", "docs", "nothing"}, exitUsage, "usage: ferry docs flags"},
+	} {
+		code, _, stderr := runCmd(tc.argv...)
+		assert.Equal(t, tc.code, code, "%v: %s", tc.argv, stderr)
+		assert.Contains(t, stderr, tc.msg, "%v", tc.argv)
+		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+	}
+}
+
+func TestRunFakeMount(t *testing.T) {
+	// mount -f: everything is checked, nothing is started or mounted.
+	mnt := t.TempDir()
+	code, _, stderr := runCmd("/sbin/mount.ferry", "gs://b", mnt, "-f", "-o", "ro,allow_other,nodev")
+	assert.Equal(t, exitOK, code, stderr)
+	assert.False(t, isMountPoint(mnt))
+}
+
+func TestRunDocsAndHelp(t *testing.T) {
+	code, out, _ := runCmd("ferry", "docs", "flags")
+	require.Equal(t, exitOK, code)
+	assert.Equal(t, flags.Markdown(), out)
+
+	code, out, _ = runCmd("ferry", "--help")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "--cache-size SIZE")
+	assert.Contains(t, out, "(default: 512MiB)")
+}
+
+func TestInstallHelper(t *testing.T) {
+	dir := t.TempDir()
+	dest := filepath.Join(dir, "mount.ferry")
+	require.NoError(t, installHelper("/usr/bin/ferry", dest))
+	got, err := os.Readlink(dest)
+	require.NoError(t, err)
+	assert.Equal(t, "/usr/bin/ferry", got)
+
+	// Re-installing replaces our symlink.
+	require.NoError(t, installHelper("/opt/ferry", dest))
+	got, _ = os.Readlink(dest)
+	assert.Equal(t, "/opt/ferry", got)
+
+	// A real file is never replaced; a wrong name is refused.
+	require.NoError(t, os.Remove(dest))
+	require.NoError(t, os.WriteFile(dest, []byte("#!/bin/sh\n"), 0o755))
+	assert.ErrorIs(t, installHelper("/opt/ferry", dest), errHelperExists)
+	assert.Error(t, installHelper("/opt/ferry", filepath.Join(dir, "mount.other")))
+}
+
+func TestMountinfo(t *testing.T) {
+	assert.Equal(t, "/mnt/a b", unescapeMountinfo(`/mnt/a\040b`))
+	assert.Equal(t, `/mnt/x\09`, unescapeMountinfo(`/mnt/x\09`), "not an escape")
+	assert.Equal(t, "/plain", unescapeMountinfo("/plain"))
+	_, ok := mountType("/")
+	assert.True(t, ok, "/ is always a mount point")
+	assert.False(t, isMountPoint(t.TempDir()))
+}
+
+func TestExitCode(t *testing.T) {
+	assert.Equal(t, exitOK, exitCode(nil))
+	assert.Equal(t, exitUsage, exitCode(usageError{errors.New("x")}))
+	assert.Equal(t, exitUsage, exitCode(&flags.OptionError{Option: "uid", Err: errors.New("x")}))
+	assert.Equal(t, exitMountError, exitCode(errors.New("store down")))
+	assert.Equal(t, &childError{code: 1, msg: "a b"}, parseChildError("1 a b"))
+	assert.Equal(t, &childError{code: exitMountError, msg: "garbage"}, parseChildError("garbage"))
+}
+
+func TestLoggerToFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ferry.log")
+	logger, closer, err := newLogger(&flags.Config{LogFile: path, LogFormat: "json", Debug: true}, true, nil)
+	require.NoError(t, err)
+	logger.Debug("hello", "k", 1)
+	require.NoError(t, closer.Close())
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(data, &rec))
+	assert.Equal(t, "hello", rec["msg"])
+	assert.Equal(t, "DEBUG", rec["level"])
+
+	_, _, err = newLogger(&flags.Config{LogFile: "/nonexistent/dir/ferry.log"}, false, nil)
+	var oe *flags.OptionError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "log-file", oe.Option)
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jacobsa/fuse"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"ferry/bucket"
+	"ferry/bucket/connect"
+	"ferry/filecache"
+	"ferry/flags"
+	"ferry/fs"
+	"ferry/readahead"
+)
+
+// The stack main wires together, checked at compile time.
+var (
+	_ readahead.BlockCache = (*filecache.Store)(nil)
+	_ fs.ContentReader     = (*readahead.Handle)(nil)
+	_ bucket.Bucket        = (*connect.Stack)(nil)
+)
+
+// mountCommand runs a mount: checks, then foreground, background parent
+// or background child.
+func mountCommand(ctx context.Context, inv *invocation, cfg *flags.Config) error {
+	if child, ok := daemonChild(); ok {
+		return serveChild(cfg, child)
+	}
+	if err := checkMountPoint(cfg.MountPoint); err != nil {
+		return usageError{err}
+	}
+	if err := checkKernelOptions(cfg.KernelOptions); err != nil {
+		return usageError{err}
+	}
+	if inv.fake {
+		return nil // mount -f: everything checked, nothing mounted
+	}
+	if cfg.Foreground {
+		logger, closer, err := newLogger(cfg, false, inv.stderr)
+		if err != nil {
+			return usageError{err}
+		}
+		defer closer.Close()
+		return serve(cfg, logger, func() {
+			logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.MountPoint)
+		})
+	}
+
+	var childStderr *os.File
+	if cfg.LogFile != "" {
+		f, err := openLogFile(cfg.LogFile) // fail here, in the caller's terminal
+		if err != nil {
+			return usageError{err}
+		}
+		defer f.Close()
+		childStderr = f
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return startBackground(ctx, backgroundRequest{
+		Exe:        "/proc/self/exe",
+		Args:       inv.args,
+		MountPoint: cfg.MountPoint,
+		Stderr:     childStderr,
+		Timeout:    readyTimeout,
+	})
+}
+
+// serveChild is the background child: it reports the mount's outcome to
+// the parent, then serves until unmounted.
+func serveChild(cfg *flags.Config, pipe *readyPipe) error {
+	signal.Ignore(syscall.SIGHUP) // no terminal to hang up
+	logger, closer, err := newLogger(cfg, true, nil)
+	if err != nil {
+		pipe.report(err)
+		return err
+	}
+	defer closer.Close()
+	if err := checkMountPoint(cfg.MountPoint); err != nil {
+		pipe.report(err)
+		return err
+	}
+	err = serve(cfg, logger, func() {
+		logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.MountPoint)
+		pipe.report(nil)
+	})
+	pipe.report(err) // no-op once ready was reported
+	if err != nil {
+		logger.Error("exiting", "err", err)
+	}
+	return err
+}
+
+// checkMountPoint gives a clear error before anything is started.
+func checkMountPoint(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("mount point %s does not exist", dir)
+	case errors.Is(err, syscall.ENOTCONN):
+		return fmt.Errorf("mount point %s is a dead FUSE mount; run fusermount3 -u %s first", dir, dir)
+	case err != nil:
+		return fmt.Errorf("mount point: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("mount point %s is not a directory", dir)
+	}
+	// Stacking a second ferry on the same directory (mount -a twice) only
+	// hides the first, and unmounting would then hit the wrong one.
+	if t, ok := mountType(dir); ok && t == "fuse.ferry" {
+		return fmt.Errorf("%s is already a ferry mount; unmount it first (fusermount3 -u %s)", dir, dir)
+	}
+	return nil
+}
+
+// checkKernelOptions accepts the generic mount flags that already hold for
+// every ferry mount: FUSE mounts are always nodev and nosuid, exec is the
+// default, and a read-only mount never updates atimes. The others would
+// have to reach the kernel through fs.MountOptions, which cannot carry
+// them yet, so they are refused rather than silently dropped.
+func checkKernelOptions(opts []string) error {
+	for _, o := range opts {
+		switch o {
+		case "nodev", "nosuid", "exec", "atime", "noatime":
+		default:
+			return &flags.OptionError{Option: "kernel-option",
+				Err: fmt.Errorf("%s is not supported by this version (ferry mounts are always nodev,nosuid)", o)}
+		}
+	}
+	return nil
+}
+
+// serve builds the stack, mounts, calls ready once the mount is live, and
+// serves until SIGINT/SIGTERM (then unmounts) or an external unmount.
+// An error before ready leaves nothing mounted.
+func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
+	// SIGINT/SIGTERM are caught from the start so that a signal during
+	// setup stops setup instead of killing us half-mounted.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	setupCtx, cancelSetup := context.WithCancel(context.Background())
+	defer cancelSetup()
+	setupDone := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case <-sigs:
+			cancelSetup()
+		case <-setupDone:
+		}
+	}()
+	defer func() {
+		// Stop the setup watcher on every path, so that it never takes a
+		// signal meant for the serving loop below.
+		select {
+		case <-setupDone:
+		default:
+			close(setupDone)
+		}
+		<-watcherDone
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Listen before mounting so a busy port is a startup error.
+	var metricsSrv *http.Server
+	if cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return &flags.OptionError{Option: "metrics-addr", Err: err}
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go metricsSrv.Serve(ln)
+		defer metricsSrv.Close()
+	}
+
+	storeConns := cfg.MaxConnections
+	if strings.HasPrefix(cfg.Source, "file:") {
+		storeConns = 0 // connect refuses a connection limit for local directories
+	}
+	b, err := connect.Open(setupCtx, cfg.Source, connect.Options{
+		Endpoint:       cfg.Endpoint,
+		Anonymous:      cfg.Anonymous,
+		Region:         cfg.Region,
+		S3PathStyle:    cfg.S3PathStyle,
+		KeyFile:        cfg.KeyFile,
+		BillingProject: cfg.BillingProject,
+		MaxConnections: storeConns,
+		Registerer:     reg,
+		Logger:         logger,
+	})
+	if err != nil {
+		return err // names the URL already
+	}
+	defer b.Close()
+	// A missing bucket or bad credentials fail the mount now, in the
+	// caller's terminal, rather than as EIO on the first ls.
+	if err := connect.Probe(setupCtx, b); err != nil {
+		return fmt.Errorf("%s: %w", cfg.Source, err)
+	}
+
+	var cache readahead.BlockCache
+	blockSize := int64(0) // readahead's own default without a disk cache
+	if cfg.CacheDir != "" {
+		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+			return &flags.OptionError{Option: "cache-dir", Err: err}
+		}
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(cfg.CacheDir, &st); err != nil {
+			return &flags.OptionError{Option: "cache-dir", Err: err}
+		}
+		maxSize, minFree := cfg.CacheBudget(st.Blocks * uint64(st.Bsize))
+		store, err := filecache.Open(filecache.Config{
+			Dir:        cfg.CacheDir,
+			MaxSize:    maxSize,
+			MinFree:    minFree,
+			BlockSize:  cfg.CacheBlockSize,
+			BucketID:   bucketID(cfg),
+			Logger:     logger,
+			Registerer: reg,
+		})
+		if err != nil {
+			return &flags.OptionError{Option: "cache-dir", Err: err}
+		}
+		defer store.Close()
+		cache = store
+	}
+
+	fetcher, err := readahead.New(readahead.Config{
+		Bucket:         b,
+		Cache:          cache,
+		MemoryLimit:    cfg.MemoryLimit,
+		MaxConnections: cfg.MaxConnections,
+		BlockSize:      blockSize,
+		Logger:         logger,
+		Registerer:     reg,
+	})
+	if err != nil {
+		return err
+	}
+	defer fetcher.Close()
+
+	if setupCtx.Err() != nil {
+		return errors.New("interrupted before mounting")
+	}
+	// The file system serves until unmounted; it must not inherit the
+	// signal-cancelled setup context.
+	serveCtx, cancelServe := context.WithCancel(context.Background())
+	defer cancelServe()
+	mfs, err := fs.Mount(serveCtx, cfg.MountPoint, fs.Config{
+		Bucket:      b,
+		Open:        func(obj bucket.Object) fs.ContentReader { return fetcher.Open(obj) },
+		MetadataTTL: cfg.MetadataTTL,
+		NegativeTTL: cfg.NegativeTTL,
+		Uid:         cfg.Uid,
+		Gid:         cfg.Gid,
+		FileMode:    cfg.FileMode,
+		DirMode:     cfg.DirMode,
+		Logger:      logger,
+		Registerer:  reg,
+	}, fs.MountOptions{
+		AllowOther:  cfg.AllowOther,
+		ReadAheadKB: cfg.ReadAheadKB,
+		FSName:      cfg.Source,
+		Debug:       cfg.Debug,
+	})
+	if err != nil {
+		return fmt.Errorf("mounting %s: %w", cfg.MountPoint, err)
+	}
+	// Setup is over: from here a signal means "unmount", handled below.
+	close(setupDone)
+	<-watcherDone
+	if setupCtx.Err() != nil {
+		// The signal came while fs.Mount ran: undo the mount, report.
+		if err := unmountRetry(cfg.MountPoint, 5, time.Second); err != nil {
+			return fmt.Errorf("interrupted while mounting, and cannot unmount %s: %w", cfg.MountPoint, err)
+		}
+		_ = mfs.Join(context.Background())
+		return errors.New("interrupted while mounting")
+	}
+	ready()
+
+	joined := make(chan error, 1)
+	go func() { joined <- mfs.Join(context.Background()) }()
+	for {
+		select {
+		case err := <-joined:
+			// Unmounted from outside (umount, fusermount -u).
+			logger.Info("unmounted", "mountpoint", cfg.MountPoint)
+			return err
+		case sig := <-sigs:
+			logger.Info("unmounting", "signal", sig.String(), "mountpoint", cfg.MountPoint)
+			if err := unmountRetry(cfg.MountPoint, 5, time.Second); err != nil {
+				// Still busy: keep serving the open files rather than
+				// pulling the file system from under them.
+				logger.Error("cannot unmount; still serving (close open files, or run fusermount3 -uz to detach)",
+					"mountpoint", cfg.MountPoint, "err", err)
+				continue
+			}
+			err := <-joined
+			logger.Info("unmounted", "mountpoint", cfg.MountPoint)
+			return err
+		}
+	}
+}
+
+// unmountRetry unmounts dir, retrying while it fails (typically EBUSY).
+func unmountRetry(dir string, attempts int, wait time.Duration) error {
+	var err error
+	for i := 0; i < attempts; i++ {
+		if err = fuse.Unmount(dir); err == nil {
+			return nil
+		}
+		time.Sleep(wait)
+	}
+	return err
+}
+
+// bucketID names the store for the disk cache's keys: the endpoint and
+// the full source (with prefix), since object names are relative to it.
+func bucketID(cfg *flags.Config) string {
+	return cfg.Endpoint + "|" + cfg.Source
+}
