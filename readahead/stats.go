@@ -69,6 +69,10 @@ func (f *Fetcher) register(reg prometheus.Registerer) error {
 			Help: "Memory accounted against the readahead budget.",
 		}, func() float64 { used, _ := f.budget.snapshot(); return float64(used) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_readahead_budget_peak_bytes",
+			Help: "Most memory ever accounted against the readahead budget at once.",
+		}, func() float64 { _, peak := f.budget.snapshot(); return float64(peak) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ferry_readahead_budget_limit_bytes",
 			Help: "The readahead memory budget (--memory-limit).",
 		}, func() float64 { return float64(f.budget.limit) }),

@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// dataset stages n objects of size bytes under dir/ and returns them.
+func dataset(t *testing.T, s *store, dir string, n, size int) map[string][]byte {
+	t.Helper()
+	objs := map[string][]byte{}
+	var wg sync.WaitGroup
+	for i := range n {
+		name := fmt.Sprintf("%s/obj%03d", dir, i)
+		data := content(s.url+name, size)
+		objs[name] = data
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.put(t, name, data)
+		}()
+	}
+	wg.Wait()
+	return objs
+}
+
+// readAll reads every object through the mount, 4 at a time, and checks
+// each byte.
+func readAll(t *testing.T, m *mounted, objs map[string][]byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	errs := make(chan error, len(objs))
+	for name, want := range objs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			got, err := os.ReadFile(filepath.Join(m.dir, name))
+			if err != nil {
+				errs <- err
+				return
+			}
+			if sha256.Sum256(got) != sha256.Sum256(want) {
+				errs <- fmt.Errorf("%s: content differs (first difference at %d)", name, firstDiff(got, want))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// storeReads is how many ranged reads ferry sent to the store.
+func storeReads(t *testing.T, m *mounted) float64 {
+	return m.metric(t, "ferry_store_requests_total", map[string]string{"op": "read"})
+}
+
+// TestCacheServesLaterEpochs: epoch 2 makes no store reads; neither does
+// a fresh mount on the same cache directory.
+func TestCacheServesLaterEpochs(t *testing.T) {
+	for _, kind := range []string{"gcs", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			s := newStore(t, kind)
+			objs := dataset(t, s, "train", 6, 5<<20+12345)
+			small := dataset(t, s, "small", 20, 100<<10)
+			cacheDir := t.TempDir()
+			args := []string{"--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t)}
+			m := mount(t, s, args...)
+
+			readAll(t, m, objs)
+			readAll(t, m, small)
+			require.Positive(t, storeReads(t, m))
+
+			dropCaches(t)
+			reads, served := storeReads(t, m), s.bytesServed()
+			readAll(t, m, objs)
+			readAll(t, m, small)
+			assert.Equal(t, reads, storeReads(t, m), "epoch 2 read from the store")
+			assert.Equal(t, served, s.bytesServed(), "epoch 2 moved bytes from the store")
+			assert.Positive(t, m.metric(t, "ferry_cache_hits_bytes_total", nil))
+
+			// Restart on the same cache: metadata is fetched again, data
+			// is not.
+			m.unmount(t)
+			dropCaches(t)
+			args[len(args)-1] = freeAddr(t)
+			m2 := mount(t, s, args...)
+			served = s.bytesServed()
+			readAll(t, m2, objs)
+			readAll(t, m2, small)
+			assert.Zero(t, storeReads(t, m2), "a fresh mount on a warm cache read data from the store")
+			assert.Less(t, s.bytesServed()-served, int64(256<<10), "only listings may come from the store")
+		})
+	}
+}
+
+// cacheDataFiles lists the cache's data files.
+func cacheDataFiles(t *testing.T, cacheDir string) []string {
+	var files []string
+	err := filepath.WalkDir(cacheDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() && filepath.Base(filepath.Dir(filepath.Dir(p))) == "data" {
+			files = append(files, p)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return files
+}
+
+// TestCorruptCacheBlockIsRefetched: a flipped byte in a cache file is
+// detected by its CRC, never served, and fetched again.
+func TestCorruptCacheBlockIsRefetched(t *testing.T) {
+	s := newStore(t, "s3")
+	objs := dataset(t, s, "d", 3, 3<<20)
+	cacheDir := t.TempDir()
+	m := mount(t, s, "--cache-dir", cacheDir)
+	readAll(t, m, objs)
+	m.unmount(t)
+
+	files := cacheDataFiles(t, cacheDir)
+	require.Len(t, files, 3)
+	for _, f := range files {
+		fh, err := os.OpenFile(f, os.O_RDWR, 0)
+		require.NoError(t, err)
+		b := make([]byte, 1)
+		for _, off := range []int64{100, 2<<20 + 7} {
+			_, err = fh.ReadAt(b, off)
+			require.NoError(t, err)
+			b[0] ^= 0xff
+			_, err = fh.WriteAt(b, off)
+			require.NoError(t, err)
+		}
+		require.NoError(t, fh.Close())
+	}
+	dropCaches(t)
+
+	m2 := mount(t, s, "--cache-dir", cacheDir, "--metrics-addr", freeAddr(t))
+	readAll(t, m2, objs)
+	assert.Equal(t, float64(6), m2.metric(t, "ferry_cache_corrupt_blocks_total", nil), "each flipped block detected once")
+	assert.Positive(t, storeReads(t, m2), "corrupt blocks must be fetched again")
+	// And the repaired cache now serves them.
+	dropCaches(t)
+	reads := storeReads(t, m2)
+	readAll(t, m2, objs)
+	assert.Equal(t, reads, storeReads(t, m2))
+}
+
+// TestCacheStaysUnderItsCap: reading 256 MiB through a 64 MiB cache keeps
+// the cache's allocated bytes under the cap, and every byte is right.
+func TestCacheStaysUnderItsCap(t *testing.T) {
+	s := newStore(t, "s3")
+	objs := dataset(t, s, "big", 16, 16<<20)
+	cacheDir := t.TempDir()
+	m := mount(t, s, "--cache-dir", cacheDir, "--cache-size", "64MiB", "--metrics-addr", freeAddr(t))
+	var peak int64
+	for name, want := range objs {
+		readAll(t, m, map[string][]byte{name: want})
+		peak = max(peak, allocated(t, cacheDir))
+	}
+	t.Logf("peak cache data: %.1f MiB", float64(peak)/(1<<20))
+	// The cap counts allocated bytes; allow one 4 KiB fs block per file.
+	assert.LessOrEqual(t, peak, int64(64<<20)+16*4096)
+	assert.Positive(t, m.metric(t, "ferry_cache_evictions_total", nil))
+	readAll(t, m, objs)
+}
+
+// allocated sums the blocks the cache's data files occupy.
+func allocated(t *testing.T, cacheDir string) int64 {
+	var n int64
+	for _, f := range cacheDataFiles(t, cacheDir) {
+		var st syscall.Stat_t
+		if err := syscall.Stat(f, &st); err == nil {
+			n += st.Blocks * 512
+		}
+	}
+	return n
+}
+
+// TestMemoryLimitHolds: 32 sequential readers at once, no disk cache
+// (readahead must keep everything in memory), --memory-limit 256MiB: the
+// accounted peak stays within the limit and the process's peak RSS within
+// the limit plus 96 MiB.
+func TestMemoryLimitHolds(t *testing.T) {
+	s := newStore(t, "s3")
+	const n, size = 32, 24 << 20
+	names := make([]string, n)
+	sums := make([][32]byte, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		names[i] = fmt.Sprintf("streams/s%02d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := content(names[i], size)
+			sums[i] = sha256.Sum256(data)
+			s.put(t, names[i], data)
+		}()
+	}
+	wg.Wait()
+	const limit = 256 << 20
+	m := mount(t, s, "--memory-limit", "256MiB", "--metrics-addr", freeAddr(t))
+
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(filepath.Join(m.dir, names[i]))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			h := sha256.New()
+			if _, err := io.CopyBuffer(h, f, make([]byte, 1<<20)); err != nil {
+				errs <- err
+				return
+			}
+			if [32]byte(h.Sum(nil)) != sums[i] {
+				errs <- fmt.Errorf("%s: content differs", names[i])
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	peak := m.metric(t, "ferry_readahead_budget_peak_bytes", nil)
+	hwm := m.vmHWM(t)
+	t.Logf("accounted peak %.0f MiB, VmHWM %.0f MiB, limit %d MiB", peak/(1<<20), float64(hwm)/(1<<20), limit>>20)
+	assert.Positive(t, peak)
+	assert.LessOrEqual(t, peak, float64(limit))
+	assert.LessOrEqual(t, hwm, int64(limit+96<<20))
+}

@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var kinds = []string{"gcs", "s3", "file"}
+
+// TestReadsMatchSource reads objects of awkward sizes through the mount
+// and compares byte for byte: whole, at random offsets with odd buffer
+// sizes, and with 8 concurrent preads on one descriptor.
+func TestReadsMatchSource(t *testing.T) {
+	sizes := []int{0, 1, 4095, 1<<20 + 1, 64 << 20}
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			s := newStore(t, kind)
+			objs := map[string][]byte{}
+			for _, n := range sizes {
+				name := fmt.Sprintf("data/size-%d", n)
+				objs[name] = content(kind+name, n)
+				s.put(t, name, objs[name])
+			}
+			m := mount(t, s)
+			for name, want := range objs {
+				requireSameFile(t, filepath.Join(m.dir, name), want)
+			}
+
+			big := objs["data/size-67108864"]
+			f, err := os.Open(filepath.Join(m.dir, "data/size-67108864"))
+			require.NoError(t, err)
+			defer f.Close()
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 50 {
+				size := 1 + rng.IntN(3<<20)
+				off := rng.Int64N(int64(len(big)))
+				buf := make([]byte, size)
+				n, err := f.ReadAt(buf, off)
+				want := big[off:min(off+int64(size), int64(len(big)))]
+				if n < size {
+					require.ErrorIs(t, err, io.EOF)
+				} else {
+					require.NoError(t, err)
+				}
+				require.True(t, bytes.Equal(buf[:n], want), "pread(%d, %d) differs", off, size)
+			}
+
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(g), 9))
+					buf := make([]byte, 777_777)
+					for range 20 {
+						off := rng.Int64N(int64(len(big) - len(buf)))
+						if _, err := f.ReadAt(buf, off); err != nil {
+							errs <- err
+							return
+						}
+						if !bytes.Equal(buf, big[off:off+int64(len(buf))]) {
+							errs <- fmt.Errorf("concurrent pread at %d differs", off)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+		})
+	}
+}
+
+// TestTreeShape: implicit directories, markers, awkward names, names no
+// POSIX path can hold, a file shadowed by a directory, and paging.
+func TestTreeShape(t *testing.T) {
+	for _, kind := range []string{"gcs", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			s := newStore(t, kind)
+			for _, name := range []string{
+				"implicit/a/b/c.txt",
+				"with space/ünïcødé %+#?&=.txt",
+				"ok.txt",
+			} {
+				s.put(t, name, []byte(name))
+			}
+			if kind == "gcs" {
+				// Names only GCS's in-memory emulator can hold: markers,
+				// empty components, dot components, a file beside a
+				// directory of the same name.
+				for _, name := range []string{"marker/", "a//b", "dots/../escape", "dots/./x", "shadow", "shadow/inner"} {
+					s.put(t, name, []byte("x"))
+				}
+			}
+			long := strings.Repeat("L", 300)
+			if kind == "gcs" {
+				// versitygw stores objects as files, so it cannot hold a
+				// component longer than 255 bytes either.
+				s.put(t, "long/"+long[:200]+"/"+long, []byte("too long"))
+			} else {
+				s.put(t, "long/"+long[:200]+"/ok", []byte("ok"))
+			}
+			var many []string
+			for i := range 1100 {
+				many = append(many, fmt.Sprintf("many/f%05d", i))
+			}
+			putAll(t, s, many)
+
+			m := mount(t, s)
+			assertDir(t, filepath.Join(m.dir, "implicit/a/b"), "c.txt")
+			requireSameFile(t, filepath.Join(m.dir, "implicit/a/b/c.txt"), []byte("implicit/a/b/c.txt"))
+			requireSameFile(t, filepath.Join(m.dir, "with space/ünïcødé %+#?&=.txt"), []byte("with space/ünïcødé %+#?&=.txt"))
+			if kind == "gcs" {
+				// The 300-byte component cannot be a file name: hidden.
+				assertDir(t, filepath.Join(m.dir, "long", long[:200]))
+			} else {
+				assertDir(t, filepath.Join(m.dir, "long", long[:200]), "ok")
+			}
+			if kind == "gcs" {
+				st, err := os.Stat(filepath.Join(m.dir, "marker"))
+				require.NoError(t, err)
+				assert.True(t, st.IsDir(), "a marker object is a directory")
+				assertDir(t, filepath.Join(m.dir, "marker"))
+				// "dots/../escape" and "dots/./x" have components no
+				// path can hold: both hidden, nothing escapes.
+				assertDir(t, filepath.Join(m.dir, "dots"))
+				_, err = os.Stat(filepath.Join(m.dir, "escape"))
+				assert.ErrorIs(t, err, os.ErrNotExist, "'..' in an object name must not escape")
+				st, err = os.Stat(filepath.Join(m.dir, "shadow"))
+				require.NoError(t, err)
+				assert.True(t, st.IsDir(), "the directory wins over a file of the same name")
+			}
+			ents, err := os.ReadDir(filepath.Join(m.dir, "many"))
+			require.NoError(t, err)
+			require.Len(t, ents, 1100, "listing must page past 1000")
+			for i, e := range ents {
+				require.Equal(t, many[i], "many/"+e.Name())
+			}
+			_, err = os.Stat(filepath.Join(m.dir, "nope"))
+			assert.ErrorIs(t, err, os.ErrNotExist)
+		})
+	}
+}
+
+func putAll(t *testing.T, s *store, names []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, n := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.put(t, n, []byte(n))
+		}()
+	}
+	wg.Wait()
+}
+
+func assertDir(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	sort.Strings(want)
+	if len(want) == 0 {
+		want = nil
+	}
+	assert.Equal(t, want, got, "entries of %s", dir)
+}
+
+// TestWritesAreRefused: the mount is read-only.
+func TestWritesAreRefused(t *testing.T) {
+	s := newStore(t, "file")
+	s.put(t, "f", []byte("x"))
+	m := mount(t, s)
+	err := os.WriteFile(filepath.Join(m.dir, "new"), []byte("x"), 0o644)
+	require.ErrorIs(t, err, syscall.EROFS)
+	require.ErrorIs(t, os.Remove(filepath.Join(m.dir, "f")), syscall.EROFS)
+	require.ErrorIs(t, os.Mkdir(filepath.Join(m.dir, "d"), 0o755), syscall.EROFS)
+}
+
+// TestTTLZeroSeesChanges: with no metadata caching an overwrite, a delete
+// and a new object are visible on the next lookup.
+func TestTTLZeroSeesChanges(t *testing.T) {
+	for _, kind := range []string{"gcs", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			s := newStore(t, kind)
+			s.put(t, "d/a", []byte("one"))
+			s.put(t, "d/gone", []byte("x"))
+			m := mount(t, s, "--metadata-ttl", "0", "--negative-ttl", "0")
+			requireSameFile(t, filepath.Join(m.dir, "d/a"), []byte("one"))
+			_, err := os.Stat(filepath.Join(m.dir, "d/new"))
+			require.ErrorIs(t, err, os.ErrNotExist)
+			assertDir(t, filepath.Join(m.dir, "d"), "a", "gone")
+
+			s.put(t, "d/a", []byte("second version"))
+			s.put(t, "d/new", []byte("new"))
+			require.NoError(t, s.w.Delete(t.Context(), "d/gone"))
+
+			requireSameFile(t, filepath.Join(m.dir, "d/a"), []byte("second version"))
+			requireSameFile(t, filepath.Join(m.dir, "d/new"), []byte("new"))
+			_, err = os.Stat(filepath.Join(m.dir, "d/gone"))
+			require.ErrorIs(t, err, os.ErrNotExist)
+			assertDir(t, filepath.Join(m.dir, "d"), "a", "new")
+		})
+	}
+}
+
+// TestTTLForeverMakesNoRequests: with TTL -1 a walk that has been done
+// once is answered from ferry's cache, even after the kernel's caches are
+// dropped: the store sees no request.
+func TestTTLForeverMakesNoRequests(t *testing.T) {
+	for _, kind := range []string{"gcs", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			s := newStore(t, kind)
+			var names []string
+			for i := range 200 {
+				names = append(names, fmt.Sprintf("t/d%02d/f%03d", i%10, i))
+			}
+			putAll(t, s, names)
+			m := mount(t, s, "--metadata-ttl", "-1")
+			walk := func() int {
+				out, err := exec.Command("ls", "-lR", m.dir).CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				for _, n := range names[:20] {
+					_, err := os.Stat(filepath.Join(m.dir, n))
+					require.NoError(t, err)
+				}
+				_, err = os.Stat(filepath.Join(m.dir, "t/missing"))
+				require.ErrorIs(t, err, os.ErrNotExist)
+				return strings.Count(string(out), "\n")
+			}
+			lines := walk()
+			require.Greater(t, lines, 200)
+			before := s.requests()
+			for range 3 {
+				dropCaches(t)
+				require.Equal(t, lines, walk())
+			}
+			assert.Equal(t, before, s.requests(), "repeated walks with TTL -1 reached the store")
+		})
+	}
+}
+
+// TestBackgroundModeErrors: the parent exits non-zero with a one-line
+// error and nothing is mounted.
+func TestBackgroundModeErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing mount point", []string{"file://" + dir, filepath.Join(dir, "nope")}, "does not exist"},
+		{"bad scheme", []string{"ftp://x", dir}, "scheme"},
+		{"bad size", []string{"--memory-limit", "lots", "file://" + dir, dir}, "--memory-limit"},
+		{"unknown flag", []string{"--no-such-flag", "file://" + dir, dir}, "no-such-flag"},
+		{"missing source dir", []string{"file:///definitely/not/here", dir}, "not"},
+		{"missing bucket", []string{"--endpoint", "http://127.0.0.1:1", "--anonymous", "gs://no-such-bucket", dir}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			out, err := exec.Command(ferryBin, tc.args...).CombinedOutput()
+			require.Error(t, err, "%s", out)
+			assert.Contains(t, string(out), tc.want)
+			assert.LessOrEqual(t, strings.Count(strings.TrimSpace(string(out)), "\n"), 2, "want a short error, got:\n%s", out)
+			assert.False(t, isMounted(dir), "nothing may stay mounted")
+			t.Logf("%s: %v: %s", tc.name, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+		})
+	}
+}
+
+// TestSIGTERMUnmounts: the daemon unmounts and exits on SIGTERM.
+func TestSIGTERMUnmounts(t *testing.T) {
+	s := newStore(t, "file")
+	s.put(t, "f", []byte("x"))
+	m := mount(t, s)
+	require.True(t, isMounted(m.dir))
+	require.NoError(t, syscall.Kill(m.pid, syscall.SIGTERM))
+	deadline := time.Now().Add(10 * time.Second)
+	for (isMounted(m.dir) || alive(m.pid)) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.False(t, isMounted(m.dir), "still mounted after SIGTERM")
+	assert.False(t, alive(m.pid), "still running after SIGTERM")
+}
