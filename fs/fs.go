@@ -92,6 +92,7 @@ type fileSystem struct {
 
 	// Mutable state with its own synchronisation
 	cache        *metaCache
+	prefetch     *dirPrefetcher
 	resolves     singleflight.Group // one fetch per name at a time
 	hidden       atomic.Uint64      // names hidden because they cannot be POSIX names
 	hiddenLogged atomic.Bool
@@ -178,6 +179,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		files:      make(map[fuseops.HandleID]*fileHandle),
 		nextHandle: 1,
 	}
+	fs.prefetch = newDirPrefetcher(fs)
 	// The kernel holds one implicit reference to the root.
 	root := &inode{id: fuseops.RootInodeID, path: "", dir: true, lookups: 1}
 	fs.inodes[root.id] = root
@@ -303,6 +305,8 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 		if e, ok := fs.cache.lookup(path); ok {
 			return e, nil
 		}
+		dir, _ := splitPath(path)
+		fs.prefetch.miss(dir)
 		// The fetch is shared: one interrupted caller must not fail the
 		// others, so it ignores cancellation (the store's own timeouts and
 		// retries still bound it).
@@ -647,6 +651,7 @@ func (fs *fileSystem) SyncFS(ctx context.Context, op *fuseops.SyncFSOp) error { 
 // Destroy runs once the connection ends: release whatever the kernel did
 // not.
 func (fs *fileSystem) Destroy() {
+	fs.prefetch.stop()
 	fs.mu.Lock()
 	files := fs.files
 	fs.files = make(map[fuseops.HandleID]*fileHandle)

@@ -87,6 +87,10 @@ func newTestFS(t *testing.T, b bucket.Bucket, clock *fakeClock, mutate func(*Con
 	}
 	fs, err := newFileSystem(cfg, now)
 	require.NoError(t, err)
+	// Unit tests count store requests exactly; TestDirPrefetch turns the
+	// background directory listing back on.
+	fs.prefetch.enabled = false
+	t.Cleanup(fs.prefetch.stop)
 	t.Cleanup(fs.checkInvariants)
 	return fs
 }

@@ -1,0 +1,109 @@
+package fs
+
+import (
+	"context"
+	"sync"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Directory prefetch: a training loader often opens files it never listed
+// (the file list came from a manifest, or from a listing made by another
+// process before a remount). Each such lookup costs a Stat and a List on
+// the store, a round trip each. After a few lookup misses in one
+// directory, one background listing of the whole directory answers all
+// the others, and says which names do not exist, at 1000 entries a
+// request.
+//
+// Best effort throughout: at most prefetchParallel listings at once, taken
+// with TryAcquire and dropped (not queued) when none is free; a directory
+// larger than prefetchMaxEntries is not cached by prefetch at all.
+const (
+	prefetchAfterMisses = 3
+	prefetchParallel    = 2
+	prefetchMaxEntries  = 200_000
+	prefetchTracked     = 10_000 // directories whose misses are counted at once
+)
+
+type dirPrefetcher struct {
+	// Dependencies
+	fs *fileSystem
+
+	// Constant data
+	enabled bool
+	sem     *semaphore.Weighted
+	ctx     context.Context // cancelled when the file system is destroyed
+	cancel  context.CancelFunc
+
+	// Mutable state
+	mu       sync.Mutex
+	misses   map[string]int  // GUARDED_BY(mu); lookup misses per directory
+	inflight map[string]bool // GUARDED_BY(mu)
+	wg       sync.WaitGroup
+}
+
+func newDirPrefetcher(fs *fileSystem) *dirPrefetcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &dirPrefetcher{
+		fs:       fs,
+		enabled:  fs.ttl != 0, // nothing to keep the listing in otherwise
+		sem:      semaphore.NewWeighted(prefetchParallel),
+		ctx:      ctx,
+		cancel:   cancel,
+		misses:   make(map[string]int),
+		inflight: make(map[string]bool),
+	}
+}
+
+// miss records a lookup in dir that the metadata cache could not answer
+// and starts a listing of dir once misses pile up.
+func (p *dirPrefetcher) miss(dir string) {
+	if !p.enabled {
+		return
+	}
+	p.mu.Lock()
+	if len(p.misses) >= prefetchTracked {
+		clear(p.misses)
+	}
+	p.misses[dir]++
+	start := p.misses[dir] >= prefetchAfterMisses && !p.inflight[dir]
+	if start && !p.sem.TryAcquire(1) {
+		start = false // busy: drop, a later miss tries again
+	}
+	if start {
+		p.inflight[dir] = true
+		delete(p.misses, dir)
+		p.wg.Add(1)
+	}
+	p.mu.Unlock()
+	if start {
+		go p.list(dir)
+	}
+}
+
+// list reads every page of dir; the last page puts the complete listing in
+// the metadata cache (fetchPage does that for any complete listing).
+func (p *dirPrefetcher) list(dir string) {
+	defer func() {
+		p.sem.Release(1)
+		p.mu.Lock()
+		delete(p.inflight, dir)
+		p.mu.Unlock()
+		p.wg.Done()
+	}()
+	h := &dirHandle{path: dir, index: make(map[string]int)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for !h.complete && len(h.entries) <= prefetchMaxEntries {
+		if err := p.fs.fetchPage(p.ctx, h); err != nil {
+			p.fs.log.Debug("directory prefetch failed", "dir", dir, "err", err)
+			return
+		}
+	}
+}
+
+// stop cancels listings in flight and waits for them.
+func (p *dirPrefetcher) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
