@@ -76,12 +76,15 @@ func exitCode(err error) int {
 	var (
 		ue usageError
 		ce *childError
+		oe *operationError
 	)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ce):
 		return ce.code
+	case errors.As(err, &oe):
+		return 1 // some files failed (warm, invalidate)
 	case errors.As(err, &ue), errors.Is(err, flags.ErrInvalid), errors.Is(err, bucket.ErrInvalid):
 		return exitUsage
 	}
@@ -125,7 +128,7 @@ func newApp(inv *invocation) *cli.App {
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageError{err}
 		},
-		Commands: []*cli.Command{installHelperCommand(), docsCommand(inv)},
+		Commands: []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv)},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 && c.NumFlags() == 0 {
 				return cli.ShowAppHelp(c)
@@ -166,7 +169,7 @@ func permuteArgs(args []string) []string {
 		case a == "--":
 			pos = append(pos, args[i+1:]...)
 			i = len(args)
-		case len(pos) == 0 && (a == "install-helper" || a == "docs"):
+		case len(pos) == 0 && (a == "install-helper" || a == "docs" || a == "warm" || a == "invalidate"):
 			return args // a subcommand parses its own flags
 		case strings.HasPrefix(a, "-") && a != "-":
 			opts = append(opts, a)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,6 +153,8 @@ func TestPermuteArgs(t *testing.T) {
 		{[]string{"--foreground", "--", "-odd", "/m"}, []string{"--foreground", "--", "-odd", "/m"}},
 		{[]string{"install-helper", "--dest", "/x/mount.ferry"}, []string{"install-helper", "--dest", "/x/mount.ferry"}},
 		{[]string{"--help"}, []string{"--help"}},
+		{[]string{"warm", "--parallel", "4", "/m/train"}, []string{"warm", "--parallel", "4", "/m/train"}},
+		{[]string{"invalidate", "--data", "/m"}, []string{"invalidate", "--data", "/m"}},
 	} {
 		assert.Equal(t, tc.want, permuteArgs(tc.in), "%v", tc.in)
 	}
@@ -166,7 +169,8 @@ func runCmd(argv ...string) (int, string, string) {
 
 func TestRunErrors(t *testing.T) {
 	mnt := t.TempDir()
-	notDir := filepath.Join(mnt, "file")
+	full := t.TempDir()
+	notDir := filepath.Join(full, "file")
 	require.NoError(t, os.WriteFile(notDir, nil, 0o644))
 	for _, tc := range []struct {
 		argv []string
@@ -181,6 +185,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"ferry", "ftp://b", mnt}, exitUsage, `unknown scheme "ftp"`},
 		{[]string{"ferry", "gs://b", filepath.Join(mnt, "missing")}, exitUsage, "does not exist"},
 		{[]string{"ferry", "gs://b", notDir}, exitUsage, "is not a directory"},
+		{[]string{"ferry", "gs://b", full}, exitUsage, "is not empty"},
 		{[]string{"ferry", "--kernel-option=noexec", "gs://b", mnt}, exitUsage, "--kernel-option: noexec is not supported"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "frob"}, exitUsage, "mount.ferry: -o frob: unknown mount option"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "memory_limit=1KiB"}, exitUsage, "mount.ferry: --memory-limit: 1.0 KiB is below the minimum"},
@@ -199,6 +204,14 @@ func TestRunFakeMount(t *testing.T) {
 	code, _, stderr := runCmd("/sbin/mount.ferry", "gs://b", mnt, "-f", "-o", "ro,allow_other,nodev")
 	assert.Equal(t, exitOK, code, stderr)
 	assert.False(t, isMountPoint(mnt))
+
+	// A directory with files needs nonempty.
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "f"), nil, 0o644))
+	code, _, stderr = runCmd("/sbin/mount.ferry", "gs://b", mnt, "-f", "-o", "ro")
+	assert.Equal(t, exitUsage, code, stderr)
+	assert.Contains(t, stderr, "is not empty")
+	code, _, stderr = runCmd("/sbin/mount.ferry", "gs://b", mnt, "-f", "-o", "ro,nonempty")
+	assert.Equal(t, exitOK, code, stderr)
 }
 
 func TestRunDocsAndHelp(t *testing.T) {
@@ -246,6 +259,7 @@ func TestExitCode(t *testing.T) {
 	assert.Equal(t, exitUsage, exitCode(usageError{errors.New("x")}))
 	assert.Equal(t, exitUsage, exitCode(&flags.OptionError{Option: "uid", Err: errors.New("x")}))
 	assert.Equal(t, exitMountError, exitCode(errors.New("store down")))
+	assert.Equal(t, 1, exitCode(fmt.Errorf("warm: %w", &operationError{"2 errors"})))
 	assert.Equal(t, &childError{code: 1, msg: "a b"}, parseChildError("1 a b"))
 	assert.Equal(t, &childError{code: exitMountError, msg: "garbage"}, parseChildError("garbage"))
 }

@@ -20,6 +20,7 @@ import (
 
 	"ferry/bucket"
 	"ferry/bucket/connect"
+	"ferry/bucket/retry"
 	"ferry/filecache"
 	"ferry/flags"
 	"ferry/fs"
@@ -39,7 +40,7 @@ func mountCommand(ctx context.Context, inv *invocation, cfg *flags.Config) error
 	if child, ok := daemonChild(); ok {
 		return serveChild(cfg, child)
 	}
-	if err := checkMountPoint(cfg.MountPoint); err != nil {
+	if err := checkMountPoint(cfg.MountPoint, cfg.NonEmpty, !inv.fake); err != nil {
 		return usageError{err}
 	}
 	if err := checkKernelOptions(cfg.KernelOptions); err != nil {
@@ -89,7 +90,7 @@ func serveChild(cfg *flags.Config, pipe *readyPipe) error {
 		return err
 	}
 	defer closer.Close()
-	if err := checkMountPoint(cfg.MountPoint); err != nil {
+	if err := checkMountPoint(cfg.MountPoint, cfg.NonEmpty, true); err != nil {
 		pipe.report(err)
 		return err
 	}
@@ -104,9 +105,19 @@ func serveChild(cfg *flags.Config, pipe *readyPipe) error {
 	return err
 }
 
-// checkMountPoint gives a clear error before anything is started.
-func checkMountPoint(dir string) error {
-	fi, err := os.Stat(dir)
+// checkMountPoint gives a clear error before anything is started. With
+// repair, a dead ferry mount on dir is detached first (repairDeadMount);
+// without nonEmpty, a directory with entries is refused.
+func checkMountPoint(dir string, nonEmpty, repair bool) error {
+	var (
+		fi  os.FileInfo
+		err error
+	)
+	if repair {
+		fi, err = repairDeadMount(dir)
+	} else {
+		fi, err = os.Stat(dir)
+	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("mount point %s does not exist", dir)
@@ -121,6 +132,9 @@ func checkMountPoint(dir string) error {
 	// hides the first, and unmounting would then hit the wrong one.
 	if t, ok := mountType(dir); ok && t == "fuse.ferry" {
 		return fmt.Errorf("%s is already a ferry mount; unmount it first (fusermount3 -u %s)", dir, dir)
+	}
+	if !nonEmpty {
+		return checkEmpty(dir)
 	}
 	return nil
 }
@@ -174,6 +188,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		<-watcherDone
 	}()
 
+	limitHeap(cfg.MemoryLimit, logger)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -191,9 +206,10 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		defer metricsSrv.Close()
 	}
 
-	storeConns := cfg.MaxConnections
+	storeConns, storeTimeout := cfg.MaxConnections, cfg.StoreTimeout
 	if strings.HasPrefix(cfg.Source, "file:") {
-		storeConns = 0 // connect refuses a connection limit for local directories
+		// connect refuses network options for local directories
+		storeConns, storeTimeout = 0, 0
 	}
 	b, err := connect.Open(setupCtx, cfg.Source, connect.Options{
 		Endpoint:       cfg.Endpoint,
@@ -203,6 +219,8 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		KeyFile:        cfg.KeyFile,
 		BillingProject: cfg.BillingProject,
 		MaxConnections: storeConns,
+		Timeout:        storeTimeout,
+		Retry:          retry.Config{MaxElapsed: cfg.RetryMaxTime},
 		Registerer:     reg,
 		Logger:         logger,
 	})
@@ -216,7 +234,10 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		return fmt.Errorf("%s: %w", cfg.Source, err)
 	}
 
-	var cache readahead.BlockCache
+	var (
+		cache     readahead.BlockCache
+		fileStore *filecache.Store // the same, for warm --check and invalidate --data; nil without a disk cache
+	)
 	blockSize := int64(0) // readahead's own default without a disk cache
 	if cfg.CacheDir != "" {
 		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
@@ -236,11 +257,20 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 			Logger:     logger,
 			Registerer: reg,
 		})
-		if err != nil {
+		switch {
+		case err != nil && cacheDiskFailed(err):
+			// A cache volume gone read-only or full must not stop the
+			// mount (a restart would never come back): serve from the
+			// store, and say so once.
+			logger.Error("disk cache unavailable; reading from the store only", "cache_dir", cfg.CacheDir, "err", err)
+			reg.MustRegister(cacheDisabledGauge())
+		case err != nil:
 			return &flags.OptionError{Option: "cache-dir", Err: err}
+		default:
+			defer store.Close()
+			cache = store
+			fileStore = store
 		}
-		defer store.Close()
-		cache = store
 	}
 
 	fetcher, err := readahead.New(readahead.Config{
@@ -264,6 +294,13 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	// signal-cancelled setup context.
 	serveCtx, cancelServe := context.WithCancel(context.Background())
 	defer cancelServe()
+	// The control socket (control.go) listens before mounting, so the
+	// user.ferry.control xattr can name it from the first lookup.
+	ctl, err := startControl(cfg, logger, fileStore)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
 	mfs, err := fs.Mount(serveCtx, cfg.MountPoint, fs.Config{
 		Bucket:      b,
 		Open:        func(obj bucket.Object) fs.ContentReader { return fetcher.Open(obj) },
@@ -275,6 +312,11 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		DirMode:     cfg.DirMode,
 		Logger:      logger,
 		Registerer:  reg,
+
+		// Operations: warm --check and invalidate (control.go).
+		CachedBytes:   cachedBytesOf(fileStore),
+		ControlSocket: ctl.socketPath(),
+		Control:       ctl.fs,
 	}, fs.MountOptions{
 		AllowOther:  cfg.AllowOther,
 		ReadAheadKB: cfg.ReadAheadKB,
@@ -308,11 +350,17 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		case sig := <-sigs:
 			logger.Info("unmounting", "signal", sig.String(), "mountpoint", cfg.MountPoint)
 			if err := unmountRetry(cfg.MountPoint, 5, time.Second); err != nil {
-				// Still busy: keep serving the open files rather than
-				// pulling the file system from under them.
-				logger.Error("cannot unmount; still serving (close open files, or run fusermount3 -uz to detach)",
+				// Still busy: detach lazily. The mount point is free at
+				// once (a restarted ferry can mount there) and the open
+				// files are still served; when the last one is closed
+				// the kernel ends the connection and Join returns.
+				if derr := detachMount(cfg.MountPoint); derr != nil {
+					logger.Error("cannot unmount; still serving (close open files, or run fusermount3 -uz to detach)",
+						"mountpoint", cfg.MountPoint, "err", err, "detach_err", derr)
+					continue
+				}
+				logger.Warn("mount point busy: detached it; serving the open files until they are closed",
 					"mountpoint", cfg.MountPoint, "err", err)
-				continue
 			}
 			err := <-joined
 			logger.Info("unmounted", "mountpoint", cfg.MountPoint)

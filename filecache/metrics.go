@@ -21,7 +21,10 @@ func (s *Store) registerMetrics() error {
 	cs := []prometheus.Collector{
 		counter("ferry_cache_hits_bytes_total", "Bytes served from the local cache.", s.hitBytes.Load),
 		counter("ferry_cache_misses_bytes_total", "Bytes asked of the local cache and not found there.", s.missBytes.Load),
-		counter("ferry_cache_evictions_total", "Cache entries (object versions) evicted.", s.evictions.Load),
+		counter("ferry_cache_hits_total", "Blocks served from the local cache.", s.hitBlocks.Load),
+		counter("ferry_cache_misses_total", "Blocks asked of the local cache and not found there (absent, evicted or corrupt).", s.missBlocks.Load),
+		counter("ferry_cache_written_bytes_total", "Bytes stored in the local cache.", s.writeBytes.Load),
+		counter("ferry_cache_evictions_total", "Cache entries (object versions) evicted: LRU under the size limit or the free-space floor, or dropped by ferry invalidate --data.", s.evictions.Load),
 		counter("ferry_cache_corrupt_blocks_total", "Cached blocks dropped because they failed their CRC32C.", s.corrupt.Load),
 		counter("ferry_cache_write_errors_total", "Failed writes to the cache directory.", s.writeErrors.Load),
 		gauge("ferry_cache_used_bytes", "Disk space used by cached data.", func() int64 { return s.Stats().UsedBytes }),

@@ -512,7 +512,12 @@ func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
 	s.finishEvictions([]*entry{finish})
 	if dropped {
 		s.corrupt.Add(1)
-		s.log.Warn("cache block failed its checksum; dropped", "object", e.name, "block", idx)
+		// Once: a failing disk would otherwise log every block it holds.
+		s.logOnce("read: corrupt", "cache block failed its checksum; dropped and fetched again (logged once; see ferry_cache_corrupt_blocks_total)",
+			"object", e.name, "block", idx)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		s.logOnce("read: missing", "cache file vanished (cache directory deleted?); its blocks are fetched again", "object", e.name)
 	}
 	if ok {
 		s.hitBlocks.Add(1)

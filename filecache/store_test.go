@@ -470,18 +470,31 @@ func TestMetrics(t *testing.T) {
 	s.ReadBlock(obj("none", testBS), 0, make([]byte, testBS))
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 7, n)
+	assert.Equal(t, 10, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ferry_cache_hits_bytes_total Bytes served from the local cache.
 # TYPE ferry_cache_hits_bytes_total counter
 ferry_cache_hits_bytes_total 4096
+# HELP ferry_cache_hits_total Blocks served from the local cache.
+# TYPE ferry_cache_hits_total counter
+ferry_cache_hits_total 1
+# HELP ferry_cache_misses_total Blocks asked of the local cache and not found there (absent, evicted or corrupt).
+# TYPE ferry_cache_misses_total counter
+ferry_cache_misses_total 1
+# HELP ferry_cache_written_bytes_total Bytes stored in the local cache.
+# TYPE ferry_cache_written_bytes_total counter
+ferry_cache_written_bytes_total 8192
 # HELP ferry_cache_misses_bytes_total Bytes asked of the local cache and not found there.
 # TYPE ferry_cache_misses_bytes_total counter
 ferry_cache_misses_bytes_total 4096
 # HELP ferry_cache_limit_bytes Cache size limit.
 # TYPE ferry_cache_limit_bytes gauge
 ferry_cache_limit_bytes 32768
-`), "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes"))
+`), "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes",
+		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_written_bytes_total"))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
 	require.NoError(t, s.Close())
 	// Close unregisters, so the directory can be reopened in-process.
 	s2, err := Open(Config{Dir: s.root, BlockSize: testBS, Registerer: reg})

@@ -24,6 +24,8 @@ type Config struct {
 	MountPoint string
 
 	Foreground bool
+	// NonEmpty allows mounting over a non-empty directory.
+	NonEmpty bool
 
 	// Store.
 	Endpoint       string
@@ -33,6 +35,10 @@ type Config struct {
 	KeyFile        string
 	BillingProject string
 	MaxConnections int
+	// StoreTimeout bounds each wait on the store (headers, next body
+	// bytes); RetryMaxTime bounds the retries of one failing request.
+	StoreTimeout time.Duration
+	RetryMaxTime time.Duration
 
 	// Metadata cache; Forever (-1) never expires, 0 is off.
 	MetadataTTL time.Duration
@@ -67,6 +73,8 @@ type Config struct {
 	LogFormat   string // "text" or "json"
 	Debug       bool
 	MetricsAddr string
+	// ControlSocket is the control socket's path; "" picks the default.
+	ControlSocket string
 }
 
 // Limits used by validation.

@@ -82,6 +82,8 @@ func TestDefaults(t *testing.T) {
 		Source:         "gs://bucket/prefix",
 		MountPoint:     "/mnt/x",
 		MaxConnections: 16,
+		StoreTimeout:   20 * time.Second,
+		RetryMaxTime:   30 * time.Second,
 		MetadataTTL:    60 * time.Second,
 		NegativeTTL:    5 * time.Second,
 		Uid:            uint32(os.Getuid()),
@@ -104,6 +106,7 @@ func TestAllOptions(t *testing.T) {
 		"--foreground", "--allow-other", "--ro", "--kernel-option=nodev", "--kernel-option", "noexec,nosuid",
 		"--read-ahead-kb=0", "--endpoint=http://localhost:4443", "--anonymous",
 		"--key-file="+key, "--billing-project=proj", "--max-connections=64", "--memory-limit=2GiB",
+		"--store-timeout=5s", "--retry-max-time=90", "--nonempty",
 		"--metadata-ttl=-1", "--negative-ttl=0", "--uid=1000", "--gid=1001", "--file-mode=640", "--dir-mode=0o750",
 		"--cache-dir=rel/cache", "--cache-size=200GiB", "--cache-min-free=10%", "--cache-block-size=1MiB",
 		"--log-file=/var/log/ferry.log", "--log-format=json", "--debug", "--metrics-addr=:9101",
@@ -111,8 +114,9 @@ func TestAllOptions(t *testing.T) {
 	require.NoError(t, err)
 	wd, _ := os.Getwd()
 	assert.Equal(t, &Config{
-		Source: "gs://b", MountPoint: wd + "/mnt", Foreground: true,
+		Source: "gs://b", MountPoint: wd + "/mnt", Foreground: true, NonEmpty: true,
 		Endpoint: "http://localhost:4443", Anonymous: true, KeyFile: key, BillingProject: "proj", MaxConnections: 64,
+		StoreTimeout: 5 * time.Second, RetryMaxTime: 90 * time.Second,
 		MetadataTTL: Forever, NegativeTTL: 0, Uid: 1000, Gid: 1001, FileMode: 0o640, DirMode: 0o750, AllowOther: true,
 		CacheDir: wd + "/rel/cache", CacheSize: 200 << 30, CacheMinFreePercent: 10, CacheBlockSize: 1 << 20,
 		MemoryLimit: 2 << 30, ReadAheadKB: 0, KernelOptions: []string{"nodev", "noexec", "nosuid"},
@@ -148,6 +152,9 @@ func TestValidationNamesTheOption(t *testing.T) {
 		{[]string{"--metadata-ttl=-2s"}, "metadata-ttl", "only -1 (forever)"},
 		{[]string{"--negative-ttl=-5"}, "negative-ttl", "only -1"},
 		{[]string{"--metadata-ttl=soon"}, "metadata-ttl", "not a duration"},
+		{[]string{"--store-timeout=0"}, "store-timeout", "not a positive duration"},
+		{[]string{"--store-timeout=-1"}, "store-timeout", "not a positive duration"},
+		{[]string{"--retry-max-time=soon"}, "retry-max-time", "not a positive duration"},
 		{[]string{"--memory-limit=1MiB"}, "memory-limit", "below the minimum of 32 MiB"},
 		{[]string{"--memory-limit=1EiB"}, "memory-limit", "more than this machine"},
 		{[]string{"--memory-limit=lots"}, "memory-limit", "not a size"},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // Options is THE table. Order is the order of help and docs.
@@ -34,6 +35,9 @@ var Options = []Option{
 			c.KernelOptions = append(c.KernelOptions, s)
 			return nil
 		}},
+	{Name: "nonempty", Fstab: "nonempty", Kind: Bool, Default: "false", Category: catMount,
+		Usage: "allow mounting over a directory that is not empty (its files are hidden while mounted)",
+		set:   func(c *Config, s string) error { c.NonEmpty = s == "true"; return nil }},
 	{Name: "read-ahead-kb", Fstab: "read_ahead_kb", Kind: Int, Default: "1024", Category: catMount,
 		Usage: "kernel readahead for the mount in KiB (0 keeps the kernel's default)",
 		set: func(c *Config, s string) error {
@@ -85,6 +89,18 @@ var Options = []Option{
 		set: func(c *Config, s string) error {
 			n, err := parseInt(s, 1, MaxConnections)
 			c.MaxConnections = int(n)
+			return err
+		}},
+	{Name: "store-timeout", Fstab: "store_timeout", Kind: Duration, Default: "20s", Category: catStore,
+		Usage: "longest wait for the store's answer, or for the next bytes of a read, before the request is retried",
+		set: func(c *Config, s string) (err error) {
+			c.StoreTimeout, err = parsePositiveDuration(s)
+			return err
+		}},
+	{Name: "retry-max-time", Fstab: "retry_max_time", Kind: Duration, Default: "30s", Category: catStore,
+		Usage: "how long a failing store request is retried before the read fails with EIO (a dead store answers within about this time)",
+		set: func(c *Config, s string) (err error) {
+			c.RetryMaxTime, err = parsePositiveDuration(s)
 			return err
 		}},
 	{Name: "memory-limit", Fstab: "memory_limit", Kind: Size, Default: "512MiB", Category: catPerf,
@@ -204,6 +220,19 @@ var Options = []Option{
 			c.MetricsAddr = s
 			return nil
 		}},
+	{Name: "control-socket", Placeholder: "PATH", Fstab: "control_socket", Kind: String, DefaultDoc: "/run/ferry/HASH.sock (HASH from the mount point)", Category: catLogging,
+		Usage: "unix socket (0600) on which `ferry invalidate` reaches this mount; found through the user.ferry.control xattr of any path in the mount",
+		set:   func(c *Config, s string) error { return absPath(&c.ControlSocket, s) }},
+}
+
+// parsePositiveDuration parses a duration (20s, 1m30s, or seconds) that
+// is neither 0 nor forever: a store wait must end.
+func parsePositiveDuration(s string) (time.Duration, error) {
+	d, err := ParseTTL(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration (use e.g. 20s or 1m)", s)
+	}
+	return d, nil
 }
 
 // idOrSelf parses a uid/gid; "" (the default) is self.

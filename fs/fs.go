@@ -65,6 +65,16 @@ type Config struct {
 	// ListPageSize is the MaxResults hint of each List call; 0 lets the
 	// store choose (typically 1000).
 	ListPageSize int
+	// CachedBytes, when set, says how many bytes of obj are in the local
+	// disk cache, without fetching anything; it backs the
+	// user.ferry.cached xattr (xattr.go).
+	CachedBytes func(obj bucket.Object) int64
+	// ControlSocket is the daemon's control socket, shown by the
+	// user.ferry.control xattr; "" when there is none.
+	ControlSocket string
+	// Control, when set, is bound to the file system by Mount, for
+	// invalidating its caches at run time (control.go).
+	Control *Control
 }
 
 // forever is what a -1 TTL tells the kernel: fuse has no "never expires".
@@ -82,8 +92,15 @@ type fileSystem struct {
 	open   func(obj bucket.Object) ContentReader
 	log    *slog.Logger
 	now    func() time.Time
+	// cachedBytes is Config.CachedBytes (may be nil).
+	cachedBytes func(obj bucket.Object) int64
+	// conn is the kernel connection, for invalidations (control.go).
+	conn *connState
+	// ops counts and times FUSE ops; nil without a Registerer.
+	ops *opMetrics
 
 	// Constant data
+	controlSocket     string
 	ttl, negTTL       time.Duration
 	uid, gid          uint32
 	fileMode, dirMode os.FileMode
@@ -159,25 +176,28 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		dirMode = 0o555
 	}
 	fs := &fileSystem{
-		bucket:     cfg.Bucket,
-		open:       cfg.Open,
-		log:        log,
-		now:        now,
-		ttl:        cfg.MetadataTTL,
-		negTTL:     cfg.NegativeTTL,
-		uid:        cfg.Uid,
-		gid:        cfg.Gid,
-		fileMode:   fileMode,
-		dirMode:    dirMode,
-		pageSize:   cfg.ListPageSize,
-		mountTime:  now(),
-		cache:      newMetaCache(cfg.MetadataTTL, cfg.NegativeTTL, now),
-		inodes:     make(map[fuseops.InodeID]*inode),
-		byKey:      make(map[inodeKey]fuseops.InodeID),
-		nextInode:  fuseops.RootInodeID + 1,
-		dirs:       make(map[fuseops.HandleID]*dirHandle),
-		files:      make(map[fuseops.HandleID]*fileHandle),
-		nextHandle: 1,
+		bucket:        cfg.Bucket,
+		open:          cfg.Open,
+		log:           log,
+		now:           now,
+		ttl:           cfg.MetadataTTL,
+		negTTL:        cfg.NegativeTTL,
+		uid:           cfg.Uid,
+		gid:           cfg.Gid,
+		fileMode:      fileMode,
+		dirMode:       dirMode,
+		pageSize:      cfg.ListPageSize,
+		cachedBytes:   cfg.CachedBytes,
+		controlSocket: cfg.ControlSocket,
+		conn:          newConnState(),
+		mountTime:     now(),
+		cache:         newMetaCache(cfg.MetadataTTL, cfg.NegativeTTL, now),
+		inodes:        make(map[fuseops.InodeID]*inode),
+		byKey:         make(map[inodeKey]fuseops.InodeID),
+		nextInode:     fuseops.RootInodeID + 1,
+		dirs:          make(map[fuseops.HandleID]*dirHandle),
+		files:         make(map[fuseops.HandleID]*fileHandle),
+		nextHandle:    1,
 	}
 	fs.prefetch = newDirPrefetcher(fs)
 	// The kernel holds one implicit reference to the root.
@@ -199,6 +219,11 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 				return nil, err
 			}
 		}
+		ops, err := newOpMetrics(cfg.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		fs.ops = ops
 	}
 	return fs, nil
 }
@@ -262,8 +287,10 @@ func (fs *fileSystem) errno(op string, path string, err error) error {
 	if err == nil {
 		return nil
 	}
+	// Our own errnos pass through; a store error may wrap the errno of a
+	// socket (ECONNREFUSED, ECONNRESET), which must not reach the reader.
 	var en syscall.Errno
-	if errors.As(err, &en) && !errors.Is(err, bucket.ErrCanceled) {
+	if errors.As(err, &en) && !isStoreError(err) {
 		return en
 	}
 	var code syscall.Errno
@@ -271,8 +298,11 @@ func (fs *fileSystem) errno(op string, path string, err error) error {
 	switch {
 	// Cancellation first: bucket.ContextError joins ErrCanceled with the
 	// error the store gave, which may match another sentinel too.
-	case errors.Is(err, bucket.ErrCanceled), errors.Is(err, context.Canceled),
-		errors.Is(err, context.DeadlineExceeded):
+	// A bare context error is ours only when no store sentinel says
+	// otherwise: a backend's own timeout is ErrUnavailable wrapping
+	// context.DeadlineExceeded, and that is EIO, not EINTR.
+	case errors.Is(err, bucket.ErrCanceled),
+		!isStoreError(err) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		code, level = syscall.EINTR, slog.LevelDebug
 	case errors.Is(err, bucket.ErrNotFound):
 		code, level = syscall.ENOENT, slog.LevelDebug
@@ -697,5 +727,5 @@ func (fs *fileSystem) Fallocate(ctx context.Context, op *fuseops.FallocateOp) er
 	return syscall.EROFS
 }
 
-// GetXattr and ListXattr stay ENOSYS (from NotImplementedFileSystem): the
-// kernel then stops asking, which saves a round trip per `ls -l` entry.
+// GetXattr answers ferry's own read-only attributes (xattr.go); ListXattr
+// stays ENOSYS, so that they are never copied out of the mount.

@@ -221,6 +221,11 @@ func TestErrnoMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", bucket.ErrInvalid), syscall.EIO},
 		{errors.New("surprise"), syscall.EIO},
 		{syscall.ENOTDIR, syscall.ENOTDIR},
+		// A dead store's socket errno is not the reader's business.
+		{fmt.Errorf("x: %w: %w", bucket.ErrUnavailable, syscall.ECONNREFUSED), syscall.EIO},
+		// A backend's own timeout is the store failing, not an interrupt.
+		{fmt.Errorf("x: %w: %w", bucket.ErrUnavailable, context.DeadlineExceeded), syscall.EIO},
+		{context.Canceled, syscall.EINTR},
 	} {
 		assert.Equal(t, tc.want, fs.errno("test", "p", tc.err), "%v", tc.err)
 	}

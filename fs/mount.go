@@ -35,7 +35,11 @@ func Mount(ctx context.Context, dir string, cfg Config, opts MountOptions) (*fus
 	if err != nil {
 		return nil, err
 	}
-	return mountFileSystem(ctx, dir, fsys, opts)
+	mfs, err := mountFileSystem(ctx, dir, fsys, opts)
+	if err == nil && cfg.Control != nil {
+		cfg.Control.bind(fsys)
+	}
+	return mfs, err
 }
 
 func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts MountOptions) (*fuse.MountedFileSystem, error) {
@@ -82,7 +86,17 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 	if opts.AllowOther {
 		mc.Options = map[string]string{"allow_other": ""}
 	}
-	mfs, err := fuse.Mount(dir, fuseutil.NewFileSystemServer(fsys), mc)
+	// Op metrics wrap the file system; the notifier lets Control tell the
+	// kernel to forget names (control.go).
+	var served fuseutil.FileSystem = fsys
+	if fsys.ops != nil {
+		served = &instrumented{FileSystem: fsys, m: fsys.ops}
+	}
+	server := &servedServer{
+		inner: fuse.NewServerWithNotifier(fsys.conn.notifier, fuseutil.NewFileSystemServer(served)),
+		conn:  fsys.conn,
+	}
+	mfs, err := fuse.Mount(dir, server, mc)
 	if err != nil {
 		return nil, fmt.Errorf("fs: mount %s on %s: %w", fsName, dir, err)
 	}

@@ -49,6 +49,11 @@ type Options struct {
 	BillingProject string
 	// MaxConnections bounds connections to the store (gs, s3); 0 = default.
 	MaxConnections int
+	// Timeout bounds each wait on the store (gs, s3): for the response
+	// headers, and for the next bytes of a body (a stalled read fails and
+	// is retried). The TCP connect timeout is the smaller of it and 10s.
+	// 0 keeps the backends' defaults.
+	Timeout time.Duration
 	// Retry tunes the retry decorator. Its Logger defaults to Logger; its
 	// OnRetry, if set, is called after the metrics decorator counts the retry.
 	Retry retry.Config
@@ -154,6 +159,9 @@ func (o Options) check(scheme string) error {
 			return notFor("billing-project")
 		}
 	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("%w: timeout %v is negative", bucket.ErrInvalid, o.Timeout)
+	}
 	if o.MaxConnections < 0 {
 		return fmt.Errorf("%w: max-connections %d is negative", bucket.ErrInvalid, o.MaxConnections)
 	}
@@ -170,28 +178,43 @@ func newBackend(ctx context.Context, loc Location, opts Options) (bucket.Bucket,
 	switch loc.Scheme {
 	case SchemeGCS:
 		return gcs.New(ctx, gcs.Config{
-			Bucket:         loc.Bucket,
-			Endpoint:       opts.Endpoint,
-			Anonymous:      opts.Anonymous,
-			KeyFile:        opts.KeyFile,
-			BillingProject: opts.BillingProject,
-			MaxConnections: opts.MaxConnections,
+			Bucket:                loc.Bucket,
+			Endpoint:              opts.Endpoint,
+			Anonymous:             opts.Anonymous,
+			KeyFile:               opts.KeyFile,
+			BillingProject:        opts.BillingProject,
+			MaxConnections:        opts.MaxConnections,
+			DialTimeout:           dialTimeout(opts.Timeout),
+			ResponseHeaderTimeout: opts.Timeout,
+			ReadTimeout:           opts.Timeout,
 		})
 	case SchemeS3:
 		return s3.New(ctx, s3.Config{
-			Bucket:         loc.Bucket,
-			Endpoint:       opts.Endpoint,
-			Region:         opts.Region,
-			PathStyle:      opts.S3PathStyle,
-			Anonymous:      opts.Anonymous,
-			AccessKey:      opts.AccessKey,
-			SecretKey:      opts.SecretKey,
-			MaxConnections: opts.MaxConnections,
+			Bucket:                loc.Bucket,
+			Endpoint:              opts.Endpoint,
+			Region:                opts.Region,
+			PathStyle:             opts.S3PathStyle,
+			Anonymous:             opts.Anonymous,
+			AccessKey:             opts.AccessKey,
+			SecretKey:             opts.SecretKey,
+			MaxConnections:        opts.MaxConnections,
+			DialTimeout:           dialTimeout(opts.Timeout),
+			ResponseHeaderTimeout: opts.Timeout,
+			ReadTimeout:           opts.Timeout,
 		})
 	case SchemeFile:
 		return file.New(loc.Dir)
 	}
 	return nil, fmt.Errorf("%w: unsupported scheme %q", bucket.ErrInvalid, loc.Scheme)
+}
+
+// dialTimeout is the TCP connect timeout for a store timeout t: connecting
+// takes one round trip, so it never needs more than 10s, nor more than t.
+func dialTimeout(t time.Duration) time.Duration {
+	if t <= 0 {
+		return 0 // the backend's default
+	}
+	return min(t, 10*time.Second)
 }
 
 // ProbeTimeout bounds Probe when ctx has no earlier deadline: long enough

@@ -44,6 +44,7 @@ func TestOpenRejectsOptionsForOtherSchemes(t *testing.T) {
 		{"s3://data", Options{KeyFile: "/k.json"}, "key-file"},
 		{"s3://data", Options{BillingProject: "p"}, "billing-project"},
 		{"s3://data", Options{MaxConnections: -1}, "negative"},
+		{"gs://data", Options{Timeout: -time.Second}, "negative"},
 		{"s3://data", Options{Endpoint: "127.0.0.1:9000"}, "http://"},
 		{"gs://data", Options{Endpoint: "ftp://host"}, "http://"},
 		{"gs://data", Options{Endpoint: "http://user:pw@host"}, "without credentials"},

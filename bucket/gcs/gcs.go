@@ -78,7 +78,21 @@ type Config struct {
 	// MaxConnections bounds concurrent connections to the endpoint; 0
 	// means 64.
 	MaxConnections int
+
+	// Timeouts bounding a dead or stalled store; 0 means the default.
+	// DialTimeout: TCP connect. ResponseHeaderTimeout: request sent to
+	// first response header. ReadTimeout: silence while reading a body
+	// (a stalled body fails with ErrUnavailable, so the retry decorator
+	// reopens it instead of a FUSE read hanging).
+	DialTimeout, ResponseHeaderTimeout, ReadTimeout time.Duration
 }
+
+// Defaults for the zero timeouts of Config (the same as package s3's).
+const (
+	DefaultDialTimeout           = 10 * time.Second
+	DefaultResponseHeaderTimeout = 30 * time.Second
+	DefaultReadTimeout           = 60 * time.Second
+)
 
 // Bucket reads (and for staging, writes) one GCS bucket. Safe for
 // concurrent use.
@@ -88,7 +102,8 @@ type Bucket struct {
 	bkt    *storage.BucketHandle
 
 	// Constant data
-	name string
+	name        string
+	readTimeout time.Duration // body silence before a read fails
 }
 
 var (
@@ -115,7 +130,19 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		maxConns = defaultMaxConnections
 	}
 
-	var rt http.RoundTripper = newBaseTransport(maxConns)
+	orDefault := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	orDefault(&cfg.DialTimeout, DefaultDialTimeout)
+	orDefault(&cfg.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
+	orDefault(&cfg.ReadTimeout, DefaultReadTimeout)
+
+	var rt http.RoundTripper = &stallTransport{
+		base:    newBaseTransport(maxConns, cfg.DialTimeout, cfg.ResponseHeaderTimeout),
+		timeout: cfg.ReadTimeout,
+	}
 	opts := []option.ClientOption{
 		option.WithEndpoint(endpoint),
 		storage.WithDisabledClientMetrics(), // never export telemetry
@@ -146,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 	if cfg.BillingProject != "" {
 		bkt = bkt.UserProject(cfg.BillingProject)
 	}
-	return &Bucket{client: client, bkt: bkt, name: "gs://" + cfg.Bucket}, nil
+	return &Bucket{client: client, bkt: bkt, name: "gs://" + cfg.Bucket, readTimeout: cfg.ReadTimeout}, nil
 }
 
 // Close releases idle connections.
@@ -175,11 +202,11 @@ func jsonEndpoint(raw string) (string, error) {
 // own TCP connection (one HTTP/2 connection caps throughput), bounded by
 // maxConns. The timeouts make an unreachable or hung endpoint fail in
 // bounded time instead of holding a FUSE read forever.
-func newBaseTransport(maxConns int) *http.Transport {
+func newBaseTransport(maxConns int, dialTimeout, headerTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
-			Timeout:   10 * time.Second,
+			Timeout:   dialTimeout,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
 		MaxIdleConns:          maxConns,
@@ -187,7 +214,7 @@ func newBaseTransport(maxConns int) *http.Transport {
 		MaxConnsPerHost:       maxConns,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
 		ExpectContinueTimeout: time.Second,
 		// Ranged reads must arrive byte-exact, never transparently gunzipped.
 		DisableCompression: true,
@@ -202,8 +229,12 @@ func (b *Bucket) Stat(ctx context.Context, req *bucket.StatRequest) (*bucket.Obj
 	if req.Name == "" {
 		return nil, fmt.Errorf("gcs: stat: empty name: %w", bucket.ErrInvalid)
 	}
-	attrs, err := b.bkt.Object(req.Name).Attrs(ctx)
+	sctx, stalled := watchStalls(ctx)
+	attrs, err := b.bkt.Object(req.Name).Attrs(sctx)
 	if err != nil {
+		if stalled.Load() && ctx.Err() == nil {
+			return nil, stallError("stat", req.Name, b.readTimeout)
+		}
 		return nil, mapError(ctx, "stat", req.Name, err)
 	}
 	o := objectFromAttrs(attrs)

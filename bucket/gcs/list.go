@@ -73,7 +73,8 @@ func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Lis
 	if err := q.SetAttrSelection([]string{"Name", "Size", "Generation", "Updated", "CRC32C"}); err != nil {
 		return nil, fmt.Errorf("gcs: list: %w", err)
 	}
-	it := b.bkt.Objects(ctx, q)
+	lctx, stalled := watchStalls(ctx)
+	it := b.bkt.Objects(lctx, q)
 	it.PageInfo().Token = tok.Server
 	it.PageInfo().MaxSize = req.MaxResults // 0: the server's default
 
@@ -82,6 +83,9 @@ func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Lis
 	var page []*storage.ObjectAttrs
 	a, err := it.Next()
 	if err != nil && !errors.Is(err, iterator.Done) {
+		if stalled.Load() && ctx.Err() == nil {
+			return nil, stallError("list", req.Prefix, b.readTimeout)
+		}
 		return nil, mapError(ctx, "list", req.Prefix, err)
 	}
 	if err == nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
@@ -46,13 +47,16 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 	if length > 1<<62 {
 		length = 1 << 62
 	}
-	r, err := b.open(ctx, obj, int64(req.Range.Start), int64(length))
+	r, stalled, err := b.open(ctx, obj, int64(req.Range.Start), int64(length))
+	if err != nil && stalled.Load() {
+		return nil, stallError("read", req.Name, b.readTimeout)
+	}
 	var gerr *googleapi.Error
 	if errors.As(err, &gerr) && gerr.Code == http.StatusRequestedRangeNotSatisfiable {
 		// Start is at or past the end (also: any range of an empty
 		// object). Nothing to read, but existence and the pin still
 		// have to be checked: a body-less request does that.
-		r, err = b.open(ctx, obj, 0, 0)
+		r, _, err = b.open(ctx, obj, 0, 0)
 		if err != nil {
 			return nil, mapError(ctx, "read", req.Name, err)
 		}
@@ -81,14 +85,17 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 		return nil, fmt.Errorf("gcs: read %q %v: server answered from offset %d: %w",
 			req.Name, req.Range, r.Attrs.StartOffset, bucket.ErrUnavailable)
 	}
-	return &rangeReader{ctx: ctx, name: req.Name, r: r, remain: int64(want.Len())}, nil
+	return &rangeReader{ctx: ctx, name: req.Name, r: r, remain: int64(want.Len()),
+		stalled: stalled, timeout: b.readTimeout}, nil
 }
 
 // open sends one read request. Its context is marked so that
 // singleResponseTransport refuses the library's transparent reopen.
-func (b *Bucket) open(ctx context.Context, obj *storage.ObjectHandle, offset, length int64) (*storage.Reader, error) {
-	rctx := context.WithValue(ctx, readerAttemptKey{}, new(atomic.Bool))
-	return obj.NewRangeReader(rctx, offset, length)
+// A body that stalls for the read timeout sets the returned flag.
+func (b *Bucket) open(ctx context.Context, obj *storage.ObjectHandle, offset, length int64) (*storage.Reader, *atomic.Bool, error) {
+	rctx, stalled := watchStalls(context.WithValue(ctx, readerAttemptKey{}, new(atomic.Bool)))
+	r, err := obj.NewRangeReader(rctx, offset, length)
+	return r, stalled, err
 }
 
 // checkGeneration closes r and fails with ErrPrecondition if the response
@@ -114,6 +121,10 @@ type rangeReader struct {
 	remain int64
 	// err is sticky once set.
 	err error
+	// stalled is set when the body sent nothing for timeout (see
+	// stallTransport); nil for an empty range.
+	stalled *atomic.Bool
+	timeout time.Duration
 }
 
 func (rr *rangeReader) Read(p []byte) (int, error) {
@@ -136,6 +147,10 @@ func (rr *rangeReader) Read(p []byte) (int, error) {
 		err = fmt.Errorf("gcs: read %q: body ended %d bytes early: %w: %w",
 			rr.name, rr.remain, bucket.ErrUnavailable, io.ErrUnexpectedEOF)
 		err = bucket.ContextError(rr.ctx, err)
+	case rr.stalled.Load() && rr.ctx.Err() == nil:
+		// Our own timeout cancelled the body: retryable, and not the
+		// caller's cancellation (which context.Canceled would suggest).
+		err = stallError("read", rr.name, rr.timeout)
 	default:
 		err = mapError(rr.ctx, "read", rr.name, err)
 		if !isClassified(err) {

@@ -1,0 +1,234 @@
+package main
+
+// The control socket: how `ferry invalidate` reaches the daemon serving a
+// mount. setxattr cannot carry commands (the VFS refuses it on read-only
+// mounts), so the daemon listens on a unix socket, mode 0600 in a 0700
+// directory, and tells clients where it is through the read-only
+// user.ferry.control xattr of every path in the mount. One JSON request
+// per connection, one JSON response.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"ferry/bucket"
+	"ferry/filecache"
+	"ferry/flags"
+	"ferry/fs"
+)
+
+// defaultControlDir holds the sockets of mounts without --control-socket.
+const defaultControlDir = "/run/ferry"
+
+// controlRequest is what a client sends.
+type controlRequest struct {
+	// Op is "invalidate".
+	Op string `json:"op"`
+	// Path is an object path relative to the mount, "/" for all of it.
+	Path string `json:"path"`
+	// Data also drops the local disk cache of the files at or under Path.
+	Data bool `json:"data,omitempty"`
+}
+
+// controlResponse is what the daemon answers.
+type controlResponse struct {
+	Error string `json:"error,omitempty"`
+	// For invalidate:
+	Path          string `json:"path,omitempty"`
+	CacheItems    int    `json:"cache_items"`
+	KernelEntries int    `json:"kernel_entries"`
+	DataEntries   int    `json:"data_entries"`
+	DataBytes     int64  `json:"data_bytes"`
+}
+
+// controlServer serves one mount's control socket.
+type controlServer struct {
+	// Dependencies
+	log   *slog.Logger
+	fs    *fs.Control
+	store *filecache.Store // nil without a disk cache
+
+	// Constant data
+	path string
+	ln   net.Listener
+
+	wg sync.WaitGroup
+}
+
+// defaultControlSocket names the socket of a mount point: a hash, because
+// a mount point can be longer than a socket path may be (108 bytes).
+func defaultControlSocket(mountPoint string) string {
+	sum := sha256.Sum256([]byte(mountPoint))
+	return filepath.Join(defaultControlDir, hex.EncodeToString(sum[:8])+".sock")
+}
+
+// startControl listens on the mount's control socket: --control-socket,
+// or /run/ferry/HASH.sock, or $XDG_RUNTIME_DIR/ferry/HASH.sock when
+// /run/ferry cannot be used. Without --control-socket a socket that
+// cannot be created is logged and skipped (the mount works, only
+// `ferry invalidate` does not); with it, it is an error.
+func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (*controlServer, error) {
+	c := &controlServer{log: log, fs: fs.NewControl(), store: store}
+	path, explicit := cfg.ControlSocket, true
+	if path == "" {
+		path, explicit = defaultControlSocket(cfg.MountPoint), false
+	}
+	ln, err := listenControl(path)
+	if err != nil && !explicit && os.Getenv("XDG_RUNTIME_DIR") != "" {
+		// Not root: /run/ferry is not ours to create; the user's runtime
+		// directory is the per-user equivalent.
+		path = filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "ferry", filepath.Base(path))
+		ln, err = listenControl(path)
+	}
+	if err != nil {
+		if explicit {
+			return nil, &flags.OptionError{Option: "control-socket", Err: err}
+		}
+		log.Warn("no control socket; ferry invalidate will not reach this mount (set --control-socket)", "err", err)
+		return c, nil
+	}
+	c.path, c.ln = path, ln
+	c.wg.Add(1)
+	go c.serve()
+	return c, nil
+}
+
+// listenControl creates the socket, replacing a stale one left by a
+// daemon that died, but never one that still answers.
+func listenControl(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("%s is in use by another ferry", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	// The socket is created with the umask applied; 0600 from the start
+	// leaves no window in which others could connect.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	return ln, nil
+}
+
+// socketPath is the socket to advertise, "" if there is none.
+func (c *controlServer) socketPath() string { return c.path }
+
+// Close stops listening and removes the socket.
+func (c *controlServer) Close() {
+	if c.ln != nil {
+		c.ln.Close()
+	}
+	c.wg.Wait()
+}
+
+func (c *controlServer) serve() {
+	defer c.wg.Done()
+	for {
+		conn, err := c.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer conn.Close()
+			c.handle(conn)
+		}()
+	}
+}
+
+func (c *controlServer) handle(conn net.Conn) {
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	var req controlRequest
+	var resp controlResponse
+	if err := json.NewDecoder(conn).Decode(&req); err != nil {
+		resp.Error = "bad request: " + err.Error()
+	} else {
+		resp = c.do(context.Background(), &req)
+	}
+	_ = json.NewEncoder(conn).Encode(&resp)
+}
+
+func (c *controlServer) do(ctx context.Context, req *controlRequest) controlResponse {
+	switch req.Op {
+	case "invalidate":
+	default:
+		return controlResponse{Error: fmt.Sprintf("unknown op %q", req.Op)}
+	}
+	res, err := c.fs.Invalidate(ctx, req.Path)
+	resp := controlResponse{Path: "/" + res.Path, CacheItems: res.CacheItems, KernelEntries: res.KernelEntries}
+	if err != nil {
+		resp.Error = err.Error()
+		return resp
+	}
+	if req.Data {
+		if c.store == nil {
+			resp.Error = "the mount has no disk cache (--cache-dir): metadata invalidated, no data to drop"
+			return resp
+		}
+		p := res.Path
+		resp.DataEntries, resp.DataBytes = c.store.Drop(func(name string) bool {
+			return p == "" || name == p || strings.HasPrefix(name, p+"/")
+		})
+	}
+	c.log.Info("control: invalidate", "path", resp.Path, "data", req.Data,
+		"cache_items", resp.CacheItems, "kernel_entries", resp.KernelEntries, "data_entries", resp.DataEntries)
+	return resp
+}
+
+// cachedBytesOf is fs.Config.CachedBytes for store, nil without one.
+func cachedBytesOf(store *filecache.Store) func(bucket.Object) int64 {
+	if store == nil {
+		return nil
+	}
+	return func(obj bucket.Object) int64 { return store.CachedBytes(&obj) }
+}
+
+// callControl sends one request to the socket at path.
+func callControl(ctx context.Context, path string, req *controlRequest) (*controlResponse, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	var resp controlResponse
+	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	if resp.Error != "" {
+		return &resp, errors.New(resp.Error)
+	}
+	return &resp, nil
+}

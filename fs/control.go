@@ -1,0 +1,252 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jacobsa/fuse"
+	"github.com/jacobsa/fuse/fuseops"
+
+	"ferry/bucket"
+)
+
+// Control lets the process that mounted a file system act on it while it
+// is mounted: ferry's control socket uses it to drop cached metadata of a
+// path without remounting (mounts with an infinite TTL never drop it by
+// themselves). Create it with NewControl, pass it in Config.Control; it is
+// usable once Mount has returned.
+type Control struct {
+	mu sync.Mutex
+	fs *fileSystem // GUARDED_BY(mu); nil until mounted
+}
+
+// NewControl returns a Control to pass in Config.Control.
+func NewControl() *Control { return &Control{} }
+
+// ErrNotMounted is returned by Control methods before Mount or after the
+// file system has stopped serving.
+var ErrNotMounted = errors.New("fs: not mounted")
+
+func (c *Control) bind(fs *fileSystem) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fs = fs
+}
+
+func (c *Control) fileSystem() (*fileSystem, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fs == nil {
+		return nil, ErrNotMounted
+	}
+	return c.fs, nil
+}
+
+// InvalidateResult says what one invalidation dropped.
+type InvalidateResult struct {
+	// Path is the object path invalidated, "" for the whole mount.
+	Path string
+	// CacheItems is how many metadata cache entries and listings were
+	// dropped.
+	CacheItems int
+	// KernelEntries is how many names the kernel was told to forget
+	// (dentries and the attributes and pages of their inodes).
+	KernelEntries int
+}
+
+// Invalidate drops everything the file system and the kernel cache about
+// p and, if it is a directory, everything under it: positive and negative
+// entries, listings (including the parent's, which names p), and the
+// kernel's dentries, attributes and page cache of those inodes. The next
+// lookup, stat or read of p goes to the store. p is an object path
+// relative to the mount ("a/b", "" or "/" for the whole mount).
+//
+// Files open at the time keep reading the version they opened (reads are
+// pinned to it); a changed object gives them ESTALE, as always.
+func (c *Control) Invalidate(ctx context.Context, p string) (InvalidateResult, error) {
+	fs, err := c.fileSystem()
+	if err != nil {
+		return InvalidateResult{}, err
+	}
+	clean, err := cleanObjectPath(p)
+	if err != nil {
+		return InvalidateResult{}, err
+	}
+	return fs.invalidate(ctx, clean)
+}
+
+// cleanObjectPath turns "/a/b/", "a/b" or "" into "a/b" or "" (the root),
+// refusing names no inode can have.
+func cleanObjectPath(p string) (string, error) {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return "", nil
+	}
+	for _, c := range strings.Split(p, "/") {
+		if !validName(c) {
+			return "", fmt.Errorf("fs: invalid path %q: %w", p, bucket.ErrInvalid)
+		}
+	}
+	return p, nil
+}
+
+// under reports whether name is p or below it; everything is under "".
+func under(name, p string) bool {
+	return p == "" || name == p || strings.HasPrefix(name, p+"/")
+}
+
+// kernelEntry is one name the kernel may have cached.
+type kernelEntry struct {
+	parent fuseops.InodeID
+	name   string
+	inode  fuseops.InodeID
+	dir    bool
+}
+
+func (fs *fileSystem) invalidate(ctx context.Context, p string) (InvalidateResult, error) {
+	res := InvalidateResult{Path: p, CacheItems: fs.cache.invalidate(p)}
+
+	// The inodes the kernel holds at or under p, with their parents. A
+	// name the kernel caches has a live inode, and so has its parent.
+	var kes []kernelEntry
+	fs.mu.Lock()
+	for id, in := range fs.inodes {
+		if id == fuseops.RootInodeID || !under(in.path, p) {
+			continue
+		}
+		dir, name := splitPath(in.path)
+		parent, ok := fs.byKey[inodeKey{path: dir, dir: true}]
+		if !ok {
+			continue // the kernel cannot hold a name whose parent it forgot
+		}
+		kes = append(kes, kernelEntry{parent: parent, name: name, inode: id, dir: in.dir})
+	}
+	fs.mu.Unlock()
+
+	n, err := fs.notifyKernel(ctx, kes)
+	res.KernelEntries = n
+	fs.log.Debug("fs: invalidated", "path", "/"+p, "cache_items", res.CacheItems, "kernel_entries", n)
+	return res, err
+}
+
+// notifyTimeout bounds one invalidation's kernel notifications: the kernel
+// answers each at once unless an op on the same directory is in flight.
+const notifyTimeout = 30 * time.Second
+
+// notifyKernel tells the kernel to forget each entry: the dentry (so the
+// next path walk looks it up again), then the inode's attributes and, for
+// files, its page cache. Names the kernel no longer has are not errors.
+// It returns how many entries it notified.
+func (fs *fileSystem) notifyKernel(ctx context.Context, kes []kernelEntry) (int, error) {
+	if len(kes) == 0 || !fs.conn.serving.Load() {
+		return 0, nil // no kernel has seen these names (unit tests)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	// Notifications are written by jacobsa/fuse's notifier goroutine,
+	// which exists only while the connection is served; if serving ends
+	// mid-way this goroutine stays blocked, which only happens at unmount.
+	go func() {
+		var r result
+		for _, ke := range kes {
+			if err := fs.conn.notifier.InvalidateEntry(ke.parent, ke.name); err != nil && !errors.Is(err, syscall.ENOENT) {
+				r.err = fmt.Errorf("fs: kernel refused to invalidate %q: %w", ke.name, err)
+				break
+			}
+			off := int64(0) // attributes and every page
+			if ke.dir {
+				off = -1 // attributes only
+			}
+			if err := fs.conn.notifier.InvalidateInode(ke.inode, off, 0); err != nil && !errors.Is(err, syscall.ENOENT) {
+				r.err = fmt.Errorf("fs: kernel refused to invalidate inode of %q: %w", ke.name, err)
+				break
+			}
+			r.n++
+		}
+		done <- r
+	}()
+	timer := time.NewTimer(notifyTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.n, r.err
+	case <-fs.conn.served:
+		return 0, ErrNotMounted
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-timer.C:
+		return 0, errors.New("fs: kernel invalidation timed out")
+	}
+}
+
+// invalidate drops every entry and listing at or under p, and the listing
+// of p's parent (which names p); p == "" drops everything. It returns how
+// many items it dropped.
+func (c *metaCache) invalidate(p string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k := range c.entries {
+		if under(k, p) {
+			delete(c.entries, k)
+			n++
+		}
+	}
+	for k := range c.listings {
+		if under(k, p) {
+			delete(c.listings, k)
+			n++
+		}
+	}
+	if p != "" {
+		parent, _ := splitPath(p)
+		if _, ok := c.listings[parent]; ok {
+			delete(c.listings, parent)
+			n++
+		}
+	}
+	return n
+}
+
+// connState is the file system's side of the kernel connection.
+type connState struct {
+	// notifier writes invalidations; only while the connection is served
+	// (jacobsa/fuse runs its writer goroutine inside ServeOps).
+	notifier *fuse.Notifier
+	serving  atomic.Bool   // ServeOps has started
+	served   chan struct{} // closed when ServeOps returns
+	once     sync.Once
+}
+
+func newConnState() *connState {
+	return &connState{notifier: fuse.NewNotifier(), served: make(chan struct{})}
+}
+
+// servedServer tracks when jacobsa/fuse serves the connection, so that
+// notifications are neither sent before nor waited for after.
+type servedServer struct {
+	inner fuse.Server
+	conn  *connState
+}
+
+func (s *servedServer) ServeOps(c *fuse.Connection) {
+	s.conn.serving.Store(true)
+	defer s.conn.once.Do(func() { close(s.conn.served) })
+	s.inner.ServeOps(c)
+}
+
+// objectPath is how an inode's path is shown to users and tools: with a
+// leading slash, "/" for the root.
+func objectPath(in *inode) string {
+	return path.Join("/", in.path)
+}

@@ -1,0 +1,239 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jacobsa/fuse/fuseops"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"ferry/bucket"
+)
+
+func getXattr(fs *fileSystem, ino fuseops.InodeID, name string, size int) (string, int, error) {
+	op := &fuseops.GetXattrOp{Inode: ino, Name: name, Dst: make([]byte, size)}
+	err := fs.GetXattr(context.Background(), op)
+	if err != nil || size == 0 {
+		return "", op.BytesRead, err
+	}
+	return string(op.Dst[:op.BytesRead]), op.BytesRead, nil
+}
+
+func TestGetXattr(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/f", []byte("0123456789"))
+	var asked []bucket.Object
+	fs := newTestFS(t, b, nil, func(c *Config) {
+		c.ControlSocket = "/run/ferry/x.sock"
+		c.CachedBytes = func(obj bucket.Object) int64 { asked = append(asked, obj); return 7 }
+	})
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	f, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		ino  fuseops.InodeID
+		name string
+		want string
+		err  error
+	}{
+		{f.Child, XattrCached, "7", nil},
+		{f.Child, XattrPath, "/d/f", nil},
+		{d.Child, XattrPath, "/d", nil},
+		{fuseops.RootInodeID, XattrPath, "/", nil},
+		{fuseops.RootInodeID, XattrControl, "/run/ferry/x.sock", nil},
+		{f.Child, XattrControl, "/run/ferry/x.sock", nil},
+		{d.Child, XattrCached, "", syscall.ENODATA}, // directories have no cached bytes
+		{f.Child, "security.capability", "", syscall.ENODATA},
+		{f.Child, "user.ferry.other", "", syscall.ENODATA},
+		{12345, XattrPath, "", syscall.ESTALE},
+	} {
+		got, _, err := getXattr(fs, c.ino, c.name, 256)
+		assert.Equal(t, c.err, err, "%d %s", c.ino, c.name)
+		assert.Equal(t, c.want, got, "%d %s", c.ino, c.name)
+	}
+	require.NotEmpty(t, asked)
+	assert.Equal(t, "d/f", asked[0].Name, "the hook gets the file's current object")
+
+	// A size query, and a buffer too small.
+	_, n, err := getXattr(fs, fuseops.RootInodeID, XattrControl, 0)
+	require.NoError(t, err)
+	assert.Equal(t, len("/run/ferry/x.sock"), n)
+	_, _, err = getXattr(fs, fuseops.RootInodeID, XattrControl, 4)
+	assert.Equal(t, syscall.ERANGE, err)
+
+	// Without a disk cache or a control socket, the attributes are absent.
+	bare := newTestFS(t, b, nil, nil)
+	f2, err := walk(t, bare, "d/f")
+	require.NoError(t, err)
+	_, _, err = getXattr(bare, f2.Child, XattrCached, 64)
+	assert.Equal(t, syscall.ENODATA, err)
+	_, _, err = getXattr(bare, fuseops.RootInodeID, XattrControl, 64)
+	assert.Equal(t, syscall.ENODATA, err)
+}
+
+// TestInvalidateMetadata: with a TTL of forever, changes in the store
+// are invisible until Invalidate drops the path, and then visible at once.
+func TestInvalidateMetadata(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/f", []byte("old"))
+	b.put("d/sub/g", []byte("old"))
+	b.put("e/h", []byte("keep"))
+	fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL, c.NegativeTTL = -1, -1 })
+	ctl := NewControl()
+	_, err := ctl.Invalidate(context.Background(), "d")
+	assert.ErrorIs(t, err, ErrNotMounted)
+	ctl.bind(fs)
+
+	size := func(path string) (uint64, error) {
+		e, err := walk(t, fs, path)
+		return e.Attributes.Size, err
+	}
+	d, err := walk(t, fs, "d")
+	require.NoError(t, err)
+	readDir(t, fs, d.Child, 4096, false) // caches d's listing
+	got, err := size("d/f")
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, got)
+	_, err = size("d/new")
+	assert.Equal(t, syscall.ENOENT, err)
+	_, err = size("d/sub/g")
+	require.NoError(t, err)
+	_, err = size("e/h")
+	require.NoError(t, err)
+
+	b.put("d/f", []byte("newer"))
+	b.put("d/new", []byte("x"))
+	b.put("d/sub/g", []byte("newest"))
+	before := b.metadataRequests()
+	got, _ = size("d/f")
+	assert.EqualValues(t, 3, got, "forever means forever")
+	_, err = size("d/new")
+	assert.Equal(t, syscall.ENOENT, err, "the negative entry (from d's listing) holds too")
+	assert.Equal(t, before, b.metadataRequests())
+
+	// One file: its entry and the parent's listing go.
+	res, err := ctl.Invalidate(context.Background(), "/d/f")
+	require.NoError(t, err)
+	assert.Equal(t, "d/f", res.Path)
+	assert.Positive(t, res.CacheItems)
+	got, err = size("d/f")
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, got)
+	_, err = size("d/new")
+	require.NoError(t, err, "d's listing was dropped with it")
+	got, _ = size("d/sub/g")
+	assert.EqualValues(t, 3, got, "not under d/f")
+
+	// A subtree.
+	res, err = ctl.Invalidate(context.Background(), "d")
+	require.NoError(t, err)
+	got, _ = size("d/sub/g")
+	assert.EqualValues(t, 6, got)
+
+	// The root: everything. e/h was cached, so this costs a request.
+	b.put("e/h", []byte("changed!"))
+	got, _ = size("e/h")
+	assert.EqualValues(t, 4, got)
+	_, err = ctl.Invalidate(context.Background(), "/")
+	require.NoError(t, err)
+	got, _ = size("e/h")
+	assert.EqualValues(t, 8, got)
+
+	_, err = ctl.Invalidate(context.Background(), "a/../b")
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
+}
+
+// TestInvalidateThroughMount: the kernel forgets too. Without the
+// notifications, its entry and attribute caches (a year, for -1) would
+// keep showing the old size.
+func TestInvalidateThroughMount(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/f", []byte("old"))
+	ctl := NewControl()
+	dir, fsys := mount(t, b, func(c *Config) {
+		c.MetadataTTL, c.NegativeTTL = -1, -1
+		c.Control = ctl
+		c.CachedBytes = func(obj bucket.Object) int64 { return int64(obj.Size) - 1 }
+	}, MountOptions{})
+	ctl.bind(fsys) // mount() bypasses Mount, which binds
+
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(dir+"/d/f", &st))
+	assert.EqualValues(t, 3, st.Size)
+	got, err := readFile(dir + "/d/f")
+	require.NoError(t, err)
+	assert.Equal(t, "old", string(got))
+	assert.Equal(t, syscall.ENOENT, unix.Stat(dir+"/d/new", &st))
+
+	// The xattrs, through the kernel.
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(dir+"/d/f", XattrPath, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "/d/f", string(buf[:n]))
+	n, err = unix.Getxattr(dir+"/d/f", XattrCached, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "2", string(buf[:n]))
+
+	b.put("d/f", []byte("brand new"))
+	b.put("d/new", nil)
+	require.NoError(t, unix.Stat(dir+"/d/f", &st))
+	assert.EqualValues(t, 3, st.Size, "cached forever")
+
+	res, err := ctl.Invalidate(context.Background(), "d")
+	require.NoError(t, err)
+	assert.Positive(t, res.KernelEntries)
+
+	require.NoError(t, unix.Stat(dir+"/d/f", &st))
+	assert.EqualValues(t, 9, st.Size)
+	got, err = readFile(dir + "/d/f")
+	require.NoError(t, err)
+	assert.Equal(t, "brand new", string(got))
+	require.NoError(t, unix.Stat(dir+"/d/new", &st))
+}
+
+// TestOpMetrics: ops are counted and timed by op, errors by op and errno,
+// names pass promlint, and counting allocates nothing.
+func TestOpMetrics(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", []byte("data"))
+	reg := prometheus.NewRegistry()
+	fs := newTestFS(t, b, nil, func(c *Config) { c.Registerer = reg })
+	require.NotNil(t, fs.ops)
+	inst := &instrumented{FileSystem: fs, m: fs.ops}
+	ctx := context.Background()
+
+	require.NoError(t, inst.LookUpInode(ctx, &fuseops.LookUpInodeOp{Parent: fuseops.RootInodeID, Name: "f"}))
+	for range 2 {
+		err := inst.LookUpInode(ctx, &fuseops.LookUpInodeOp{Parent: fuseops.RootInodeID, Name: "missing"})
+		require.Equal(t, syscall.ENOENT, err)
+	}
+	require.Equal(t, syscall.EROFS, inst.MkDir(ctx, &fuseops.MkDirOp{Parent: fuseops.RootInodeID, Name: "x"}))
+
+	assert.Equal(t, 3.0, testutil.ToFloat64(fs.ops.ops.WithLabelValues("lookup")))
+	assert.Equal(t, 2.0, testutil.ToFloat64(fs.ops.errs.WithLabelValues("lookup", "ENOENT")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(fs.ops.ops.WithLabelValues("mkdir")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(fs.ops.errs.WithLabelValues("mkdir", "EROFS")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(fs.ops.ops.WithLabelValues("read")), "read-path series exist from the start")
+	n, err := testutil.GatherAndCount(reg, "ferry_fuse_op_duration_seconds")
+	require.NoError(t, err)
+	assert.Equal(t, len(readPathOps)+1, n, "one histogram per read-path op, plus mkdir")
+
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+
+	// The hot path: no allocation per op, with or without a (seen) errno.
+	start := time.Now()
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = fs.ops.done(opRead, start, nil) }))
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = fs.ops.done(opLookUp, start, syscall.ENOENT) }))
+	assert.Equal(t, 1001.0, testutil.ToFloat64(fs.ops.ops.WithLabelValues("read")),
+		"AllocsPerRun runs once more than asked")
+}
