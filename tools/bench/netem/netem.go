@@ -66,6 +66,17 @@ type Counters struct {
 	Requests    int64 // requests received
 	BytesServed int64 // response body bytes sent to clients
 	Connections int64 // client connections accepted
+	// InFlight is the requests being served now.
+	InFlight int64
+	// Busy sums every request's time in the proxy, from arrival to the
+	// last byte (by the proxy's clock). Busy over an interval's wall time
+	// is the mean number of requests in flight: how much parallelism the
+	// client used, which bounds what a per-connection cap lets it reach.
+	Busy time.Duration
+	// Errors counts requests the proxy could not complete (the emulator
+	// failed, or the client went away mid-response, as cancelled
+	// readahead does). They are counted, not logged.
+	Errors int64
 }
 
 // chunk is the unit in which response bodies are paced; small enough that
@@ -86,6 +97,9 @@ type Proxy struct {
 	requests    atomic.Int64
 	bytesServed atomic.Int64
 	conns       atomic.Int64
+	inFlight    atomic.Int64
+	busy        atomic.Int64 // nanoseconds
+	errors      atomic.Int64
 }
 
 // New returns a proxy forwarding to target (e.g. "http://127.0.0.1:4443").
@@ -116,7 +130,14 @@ func New(target string, link Link, clock Clock) (*Proxy, error) {
 		},
 		BufferPool:    bufferPool{},
 		FlushInterval: -1,
-		ErrorLog:      nil,
+		// The default handler logs every cancelled response (readahead
+		// that was dropped); a count says the same without the noise.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.errors.Add(1)
+			if r.Context().Err() == nil {
+				w.WriteHeader(http.StatusBadGateway)
+			}
+		},
 	}
 	return p, nil
 }
@@ -144,6 +165,12 @@ func (p *Proxy) ConnContext(ctx context.Context, _ net.Conn) context.Context {
 // ServeHTTP delays, forwards, and paces the response body.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
+	p.inFlight.Add(1)
+	start := p.clock.Now()
+	defer func() {
+		p.busy.Add(int64(p.clock.Now().Sub(start)))
+		p.inFlight.Add(-1)
+	}()
 	if err := p.clock.Sleep(r.Context(), p.link.RTT); err != nil {
 		return
 	}
@@ -157,6 +184,9 @@ func (p *Proxy) Counters() Counters {
 		Requests:    p.requests.Load(),
 		BytesServed: p.bytesServed.Load(),
 		Connections: p.conns.Load(),
+		InFlight:    p.inFlight.Load(),
+		Busy:        time.Duration(p.busy.Load()),
+		Errors:      p.errors.Load(),
 	}
 }
 

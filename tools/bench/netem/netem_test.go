@@ -154,3 +154,30 @@ func TestRealClockPacesAtLeastTheCap(t *testing.T) {
 	minimum := 20*time.Millisecond + time.Duration(float64(size-chunk)/float64(8<<20)*float64(time.Second))
 	assert.GreaterOrEqual(t, time.Since(start), minimum)
 }
+
+func TestBusyTimeSumsRequestsInFlight(t *testing.T) {
+	const size = 2 << 20
+	o, _ := origin(t, make([]byte, size))
+	clock := &fakeClock{}
+	s := startProxy(t, o.URL, Link{RTT: 30 * time.Millisecond, PerConn: 1 << 20}, clock)
+	for range 3 {
+		get(t, http.DefaultClient, s.Addr)
+	}
+	// Each request: one round trip plus its paced transfer, by the clock;
+	// one after another, so busy time equals what the clock advanced.
+	c := s.Counters()
+	assert.Equal(t, clock.total(), c.Busy)
+	assert.Zero(t, c.InFlight)
+	assert.Zero(t, c.Errors)
+}
+
+func TestUnreachableOriginIsCountedNotLogged(t *testing.T) {
+	o, _ := origin(t, []byte("x"))
+	o.Close() // nothing listens there any more
+	s := startProxy(t, o.URL, Link{}, &fakeClock{})
+	resp, err := http.Get("http://" + s.Addr + "/obj")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	assert.EqualValues(t, 1, s.Counters().Errors)
+}

@@ -137,6 +137,85 @@ func Random(ctx context.Context, root string, files []string, sizes []int64, rea
 	return Result{Bytes: total.Load(), Ops: ops.Load(), Elapsed: time.Since(start)}, err
 }
 
+// Record is one record of a shard file: Size bytes at Offset.
+type Record struct {
+	File   int // index into the files slice
+	Offset int64
+	Size   int64
+}
+
+// RecordLayout cuts each shard into back-to-back records of recordSize,
+// starting at a seeded offset below recordSize in each file so record
+// boundaries fall anywhere (real ArrayRecord/TFRecord records do not line
+// up with a cache's blocks), and returns count of them in a seeded
+// shuffled order, each at most once: a sample of one epoch over the
+// shards. It returns fewer when the shards hold fewer records.
+func RecordLayout(sizes []int64, recordSize int64, count int, seed uint64) []Record {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	var all []Record
+	for i, size := range sizes {
+		if size < recordSize {
+			continue
+		}
+		base := rng.Int64N(min(recordSize, size-recordSize+1))
+		for off := base; off+recordSize <= size; off += recordSize {
+			all = append(all, Record{File: i, Offset: off, Size: recordSize})
+		}
+	}
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	return all[:min(count, len(all))]
+}
+
+// Records reads recs from readers goroutines, each issuing one synchronous
+// pread at a time and taking the next record from a shared queue (as a
+// shuffled data loader's workers do).
+func Records(ctx context.Context, root string, files []string, recs []Record, readers int, progress Progress) (Result, error) {
+	handles := make([]*os.File, len(files))
+	for i, name := range files {
+		f, err := os.Open(filepath.Join(root, name))
+		if err != nil {
+			return Result{}, err
+		}
+		defer f.Close()
+		handles[i] = f
+	}
+	var total, ops, next atomic.Int64
+	start := time.Now()
+	g, ctx := errgroup.WithContext(ctx)
+	for range max(readers, 1) {
+		g.Go(func() error {
+			var buf []byte
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(recs)) {
+					return nil
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				r := recs[i]
+				if int64(cap(buf)) < r.Size {
+					buf = make([]byte, r.Size)
+				}
+				n, err := handles[r.File].ReadAt(buf[:r.Size], r.Offset)
+				if err != nil && !(err == io.EOF && int64(n) == r.Size) {
+					return fmt.Errorf("%s at %d: %w", files[r.File], r.Offset, err)
+				}
+				if int64(n) != r.Size {
+					return fmt.Errorf("%s at %d: short read of %d bytes, want %d", files[r.File], r.Offset, n, r.Size)
+				}
+				total.Add(int64(n))
+				ops.Add(1)
+				if progress != nil {
+					progress(int64(n))
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	return Result{Bytes: total.Load(), Ops: ops.Load(), Elapsed: time.Since(start)}, err
+}
+
 // SmallFiles lists dir (as a loader does before an epoch), then readers
 // goroutines each open, read whole and close files until all are read.
 func SmallFiles(ctx context.Context, root, dir string, readers int, progress Progress) (Result, error) {

@@ -74,3 +74,45 @@ func TestReadSample(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 10, n, "clipped at end of file")
 }
+
+func TestRecordLayoutIsAnEpochSample(t *testing.T) {
+	sizes := []int64{10<<20 + 3, 4 << 20, 100}
+	const rec = 512 << 10
+	all := RecordLayout(sizes, rec, 1000, 7)
+	// File 0 holds 19 or 20 records after its offset, file 1 7 or 8, file 2 none.
+	assert.GreaterOrEqual(t, len(all), 19+7)
+	assert.LessOrEqual(t, len(all), 20+8)
+	seen := map[Record]bool{}
+	perFile := map[int][]int64{}
+	for _, r := range all {
+		require.False(t, seen[r], "record %+v twice", r)
+		seen[r] = true
+		require.NotEqual(t, 2, r.File, "a file smaller than a record has none")
+		require.LessOrEqual(t, r.Offset+r.Size, sizes[r.File])
+		perFile[r.File] = append(perFile[r.File], r.Offset)
+	}
+	// Records of a file do not overlap: offsets differ by whole records.
+	for f, offs := range perFile {
+		for _, o := range offs {
+			assert.Zero(t, (o-offs[0])%rec, "file %d", f)
+		}
+	}
+	assert.Equal(t, all, RecordLayout(sizes, rec, 1000, 7), "seeded")
+	assert.Len(t, RecordLayout(sizes, rec, 5, 7), 5)
+	assert.NotEqual(t, all, RecordLayout(sizes, rec, 1000, 8))
+}
+
+func TestRecordsReadsEachRecordOnce(t *testing.T) {
+	root := writeTree(t)
+	files := []string{"large/a", "large/b"}
+	recs := RecordLayout([]int64{3<<20 + 5, 1 << 20}, 256<<10, 100, 3)
+	var seen atomic.Int64
+	r, err := Records(context.Background(), root, files, recs, 4, func(n int64) { seen.Add(n) })
+	require.NoError(t, err)
+	assert.EqualValues(t, len(recs), r.Ops)
+	assert.EqualValues(t, int64(len(recs))*256<<10, r.Bytes)
+	assert.Equal(t, r.Bytes, seen.Load())
+
+	_, err = Records(context.Background(), root, files, []Record{{File: 1, Offset: 1<<20 - 10, Size: 100}}, 1, nil)
+	assert.Error(t, err, "a record past the end is a short read")
+}

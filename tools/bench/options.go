@@ -1,0 +1,286 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+)
+
+// Options are the command line of `bench demo` and `bench run`.
+type Options struct {
+	Command string `json:"command"` // "demo" or "run"
+
+	Store     string   `json:"store"`
+	WorkDir   string   `json:"work_dir"`
+	DataDir   string   `json:"data_dir"`
+	TargetDir string   `json:"target_dir,omitempty"`
+	Out       string   `json:"out,omitempty"`
+	From      string   `json:"-"`
+	FerryBin  string   `json:"ferry_bin,omitempty"`
+	FerryArgs []string `json:"ferry_args,omitempty"`
+	Workloads []string `json:"workloads"`
+	Seed      uint64   `json:"seed"`
+	Progress  bool     `json:"progress"`
+	Verify    bool     `json:"verify"`
+
+	// The emulated link.
+	RTT     time.Duration `json:"rtt"`
+	ConnMBs float64       `json:"conn_mb_s"`
+	LinkMBs float64       `json:"link_mb_s"`
+
+	// Sequential reads of large files.
+	LargeFiles int   `json:"large_files"`
+	LargeSize  int64 `json:"large_size"`
+	Seq1Files  int   `json:"seq1_files"`
+	Streams    int   `json:"streams"`
+
+	// Random records over shard files.
+	Shards        int   `json:"shards"`
+	ShardSize     int64 `json:"shard_size"`
+	RecordSize    int64 `json:"record_size"`
+	Records       int   `json:"records"`
+	RandomReaders int   `json:"random_readers"`
+
+	// Small files.
+	SmallFiles   int   `json:"small_files"`
+	SmallSize    int64 `json:"small_size"`
+	SmallReaders int   `json:"small_readers"`
+
+	// MLPerf Storage emulation.
+	Accelerators  int     `json:"accelerators"`
+	MLPerfReaders int     `json:"mlperf_readers"`
+	MLPerfScale   float64 `json:"mlperf_sample_scale"`
+	UNet3DFiles   int     `json:"unet3d_files"`
+	ResNet50Files int     `json:"resnet50_files"`
+	CosmoFiles    int     `json:"cosmoflow_files"`
+}
+
+// allWorkloads in the order they run.
+var allWorkloads = []string{"seq-1", "seq-n", "random", "small", "walk", "unet3d", "resnet50", "cosmoflow"}
+
+// sizeFlag is an int64 byte count given as a human size ("256MiB").
+type sizeFlag struct{ p *int64 }
+
+func (s sizeFlag) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return humanize.IBytes(uint64(*s.p))
+}
+
+func (s sizeFlag) Set(v string) error {
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errors.New("must be positive")
+	}
+	*s.p = int64(n)
+	return nil
+}
+
+// defaultOptions fit a 2-core, 24 GiB machine: a ~6 GiB dataset and a
+// full run of about 15 minutes.
+func defaultOptions(command string) Options {
+	o := Options{
+		Command:   command,
+		Store:     "gcs",
+		WorkDir:   filepath.Join(os.TempDir(), "ferry-benchmark"),
+		Workloads: allWorkloads,
+		Seed:      1,
+		Progress:  true,
+		Verify:    true,
+		RTT:       30 * time.Millisecond, ConnMBs: 50, LinkMBs: 500,
+		LargeFiles: 8, LargeSize: 256 << 20, Seq1Files: 4, Streams: 4,
+		Shards: 8, ShardSize: 256 << 20, RecordSize: 512 << 10, Records: 1024, RandomReaders: 4,
+		SmallFiles: 4000, SmallSize: 128 << 10, SmallReaders: 8,
+		Accelerators: 1, MLPerfReaders: 4, MLPerfScale: 1,
+		UNet3DFiles: 28, ResNet50Files: 6, CosmoFiles: 600,
+	}
+	if command == "demo" {
+		// A few hundred MiB: one minute on the emulated link, epochs included.
+		o.Workloads = []string{"seq-n", "small"}
+		o.LargeFiles, o.LargeSize, o.Streams = 4, 48<<20, 4
+		o.SmallFiles = 256
+	}
+	return o
+}
+
+// parseArgs parses `bench COMMAND [flags]`.
+func parseArgs(args []string, stderr io.Writer) (Options, error) {
+	if len(args) == 0 {
+		return Options{}, errors.New("usage: bench demo|run|generate|render [flags]  (bench run -h for the flags)")
+	}
+	cmd := args[0]
+	switch cmd {
+	case "demo", "run", "generate", "render":
+	case "-h", "--help", "help":
+		return Options{}, flag.ErrHelp
+	default:
+		return Options{}, fmt.Errorf("unknown command %q: want demo, run, generate or render", cmd)
+	}
+	o := defaultOptions(cmd)
+	fs := flag.NewFlagSet("bench "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Store, "store", o.Store, "emulated store: gcs (fake-gcs-server, the default: less CPU per request) or s3 (versitygw)")
+	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "scratch directory: store data, ferry caches, mount points, logs")
+	fs.StringVar(&o.DataDir, "data-dir", "", "local copy of the dataset (the local-disk baseline; kept between runs) (default WORK-DIR/data-SPEC)")
+	fs.StringVar(&o.TargetDir, "target-dir", "", "measure this mounted directory (holding the same dataset, see `bench generate`) instead of mounting ferry")
+	fs.StringVar(&o.Out, "out", "", "write results.md, results.json, chart.svg and chart.png to this directory")
+	fs.StringVar(&o.From, "from", "", "render: the results.json of an earlier run to render again into --out")
+	fs.StringVar(&o.FerryBin, "ferry-bin", "", "use this ferry binary instead of building one")
+	ferryArgs := fs.String("ferry-args", "", "extra flags for every ferry mount, e.g. \"--memory-limit 256MiB --max-connections 32\"")
+	workloads := fs.String("workloads", strings.Join(o.Workloads, ","), "comma-separated workloads: "+strings.Join(allWorkloads, ","))
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "dataset and random-offset seed")
+	noProgress := fs.Bool("no-progress", false, "no progress bar on stderr")
+	fs.BoolVar(&o.Verify, "verify", o.Verify, "after the timed phases, compare a sample of the bytes read with the generator")
+
+	fs.DurationVar(&o.RTT, "rtt", o.RTT, "emulated round trip per request")
+	fs.Float64Var(&o.ConnMBs, "conn-mbps", o.ConnMBs, "emulated bandwidth per connection, MB/s (10^6 bytes)")
+	fs.Float64Var(&o.LinkMBs, "link-mbps", o.LinkMBs, "emulated total link bandwidth, MB/s (10^6 bytes)")
+
+	fs.IntVar(&o.LargeFiles, "large-files", o.LargeFiles, "large files for sequential reads")
+	fs.Var(sizeFlag{&o.LargeSize}, "large-size", "size of each large file")
+	fs.IntVar(&o.Seq1Files, "seq1-files", o.Seq1Files, "large files read by the 1-stream workload")
+	fs.IntVar(&o.Streams, "streams", o.Streams, "streams of the N-stream sequential workload")
+
+	fs.IntVar(&o.Shards, "shards", o.Shards, "shard files for random record reads")
+	fs.Var(sizeFlag{&o.ShardSize}, "shard-size", "size of each shard file")
+	fs.Var(sizeFlag{&o.RecordSize}, "record-size", "size of one random record read")
+	fs.IntVar(&o.Records, "records", o.Records, "random records read in all: distinct records of the shards, in shuffled order (a sample of an epoch)")
+	fs.IntVar(&o.RandomReaders, "random-readers", o.RandomReaders, "synchronous random readers")
+
+	fs.IntVar(&o.SmallFiles, "small-files", o.SmallFiles, "small files")
+	fs.Var(sizeFlag{&o.SmallSize}, "small-size", "size of each small file")
+	fs.IntVar(&o.SmallReaders, "small-readers", o.SmallReaders, "small-file readers")
+
+	fs.IntVar(&o.Accelerators, "accelerators", o.Accelerators, "MLPerf: emulated accelerators per workload")
+	fs.IntVar(&o.MLPerfReaders, "mlperf-readers", o.MLPerfReaders, "MLPerf: reader goroutines per accelerator")
+	fs.Float64Var(&o.MLPerfScale, "mlperf-scale", o.MLPerfScale, "MLPerf: sample sizes times this (compute times unchanged)")
+	fs.IntVar(&o.UNet3DFiles, "unet3d-files", o.UNet3DFiles, "MLPerf: U-Net3D sample files (~140 MiB each)")
+	fs.IntVar(&o.ResNet50Files, "resnet50-files", o.ResNet50Files, "MLPerf: ResNet-50 record files (1251 x 115 KiB each)")
+	fs.IntVar(&o.CosmoFiles, "cosmoflow-files", o.CosmoFiles, "MLPerf: CosmoFlow sample files (~2.7 MiB each)")
+
+	if err := fs.Parse(args[1:]); err != nil {
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	o.Progress = !*noProgress
+	var err error
+	if o.FerryArgs, err = splitArgs(*ferryArgs); err != nil {
+		return Options{}, fmt.Errorf("--ferry-args: %w", err)
+	}
+	o.Workloads = nil
+	for _, w := range strings.Split(*workloads, ",") {
+		w = strings.TrimSpace(w)
+		if w == "" {
+			continue
+		}
+		if !contains(allWorkloads, w) {
+			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s)", w, strings.Join(allWorkloads, ","))
+		}
+		o.Workloads = append(o.Workloads, w)
+	}
+	return o, o.validate()
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Store != "s3" && o.Store != "gcs":
+		return fmt.Errorf("--store %q: want s3 or gcs", o.Store)
+	case len(o.Workloads) == 0:
+		return errors.New("--workloads: none selected")
+	case o.RTT < 0 || o.ConnMBs < 0 || o.LinkMBs < 0:
+		return errors.New("--rtt, --conn-mbps and --link-mbps must not be negative")
+	case o.LargeFiles <= 0 || o.Seq1Files <= 0 || o.Seq1Files > o.LargeFiles:
+		return fmt.Errorf("--seq1-files %d must be between 1 and --large-files %d", o.Seq1Files, o.LargeFiles)
+	case o.Streams <= 0 || o.RandomReaders <= 0 || o.SmallReaders <= 0 || o.MLPerfReaders <= 0 || o.Accelerators <= 0:
+		return errors.New("--streams, --random-readers, --small-readers, --mlperf-readers and --accelerators must be positive")
+	case o.Shards <= 0 || o.Records <= 0 || o.RecordSize > o.ShardSize:
+		return fmt.Errorf("--shards and --records must be positive and --record-size (%d) at most --shard-size (%d)", o.RecordSize, o.ShardSize)
+	case o.SmallFiles <= 0:
+		return errors.New("--small-files must be positive")
+	case o.MLPerfScale <= 0 || o.MLPerfScale > 1:
+		return errors.New("--mlperf-scale must be in (0, 1]")
+	case o.UNet3DFiles < 0 || o.ResNet50Files < 0 || o.CosmoFiles < 0:
+		return errors.New("MLPerf file counts must not be negative")
+	case o.Command == "generate" && o.DataDir == "":
+		return errors.New("generate: --data-dir is where the dataset is written")
+	case o.Command == "render" && (o.From == "" || o.Out == ""):
+		return errors.New("render: --from results.json and --out DIR are required")
+	}
+	for _, a := range o.FerryArgs {
+		switch a {
+		case "--foreground", "--cache-dir", "--endpoint":
+			return fmt.Errorf("--ferry-args: %s is set by the benchmark", a)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// splitArgs splits a command-line fragment on blanks, honouring single
+// and double quotes (no variables, no escapes but \" inside double quotes).
+func splitArgs(s string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	inArg := false
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote == '\'':
+			if c == '\'' {
+				quote = 0
+			} else {
+				cur.WriteByte(c)
+			}
+		case quote == '"':
+			switch {
+			case c == '"':
+				quote = 0
+			case c == '\\' && i+1 < len(s) && (s[i+1] == '"' || s[i+1] == '\\'):
+				i++
+				cur.WriteByte(s[i])
+			default:
+				cur.WriteByte(c)
+			}
+		case c == '\'' || c == '"':
+			quote, inArg = c, true
+		case c == ' ' || c == '\t' || c == '\n':
+			if inArg {
+				out = append(out, cur.String())
+				cur.Reset()
+				inArg = false
+			}
+		default:
+			cur.WriteByte(c)
+			inArg = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unterminated %c quote in %q", quote, s)
+	}
+	if inArg {
+		out = append(out, cur.String())
+	}
+	return out, nil
+}

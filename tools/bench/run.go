@@ -1,0 +1,471 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"ferry/tools/bench/dataset"
+	"ferry/tools/bench/netem"
+	"ferry/tools/bench/workload"
+)
+
+// bench is one invocation: options, the dataset, and what is running.
+type bench struct {
+	opts   Options
+	spec   dataset.Spec
+	link   netem.Link
+	stderr io.Writer
+
+	remote *Remote // nil with --target-dir
+	ferry  *Ferry
+	mounts int // mounts so far, to name their logs
+
+	report     *Report
+	dropFailed bool
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.stderr, "bench: "+format+"\n", args...)
+}
+
+// dropCaches empties the kernel page cache (needs root), so every phase
+// reads from where it claims to.
+func (b *bench) dropCaches() {
+	_ = exec.Command("sync").Run()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil && !b.dropFailed {
+		b.dropFailed = true
+		b.report.Notes = append(b.report.Notes, fmt.Sprintf("The page cache could NOT be dropped (%v): local and warm figures include page-cache hits. Run as root.", err))
+		b.logf("cannot drop the page cache (%v); run as root for honest figures", err)
+	}
+}
+
+// newBar is a progress bar on stderr for one phase (nil when disabled).
+func (b *bench) newBar(desc string, total int64) workload.Progress {
+	if !b.opts.Progress {
+		return nil
+	}
+	if total <= 0 {
+		total = -1
+	}
+	bar := progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(b.stderr),
+		progressbar.OptionSetDescription(fmt.Sprintf("%-22s", desc)),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionUseIECUnits(true),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetPredictTime(false),
+	)
+	return func(n int64) { _ = bar.Add64(n) }
+}
+
+// finishBar clears the bar line.
+func (b *bench) finishBar() {
+	if b.opts.Progress {
+		fmt.Fprint(b.stderr, "\r\033[K")
+	}
+}
+
+// measure runs w once against root and fills the row with the store's and
+// the processes' costs over exactly that run.
+func (b *bench) measure(ctx context.Context, w Workload, phase, target, root string, m *Mount) Row {
+	b.dropCaches()
+	if m != nil {
+		_ = resetPeakRSS(m.Pid)
+	}
+	var c0 netem.Counters
+	var storeCPU0, ferryCPU0 time.Duration
+	if b.remote != nil {
+		c0 = b.remote.Proxy.Counters()
+		storeCPU0, _ = procCPU(b.remote.StorePid())
+	}
+	if m != nil {
+		ferryCPU0, _ = procCPU(m.Pid)
+	}
+	self0 := selfCPU()
+	wall0 := time.Now()
+
+	row, err := w.Run(ctx, root, b.newBar(w.Name+" "+phase, w.Expect))
+	b.finishBar()
+
+	wall := time.Since(wall0)
+	row.BenchCPU = (selfCPU() - self0).Seconds()
+	if b.remote != nil {
+		c1 := b.remote.Proxy.Counters()
+		row.StoreRequests = c1.Requests - c0.Requests
+		row.StoreBytes = c1.BytesServed - c0.BytesServed
+		row.StoreErrors = c1.Errors - c0.Errors
+		row.StoreInFlight = ratio(float64(c1.Busy-c0.Busy), float64(wall))
+		if t, err := procCPU(b.remote.StorePid()); err == nil {
+			row.StoreCPU = (t - storeCPU0).Seconds()
+		}
+	}
+	if m != nil {
+		if t, err := procCPU(m.Pid); err == nil {
+			row.FerryCPU = (t - ferryCPU0).Seconds()
+		}
+		row.FerryPeakRSS, _ = procPeakRSS(m.Pid)
+	}
+	row.Workload, row.Phase, row.Target = w.Name, phase, target
+	if err != nil {
+		row.Error = err.Error()
+	}
+	if (phase == PhaseCold && target == "ferry" || phase == PhaseDirect) && w.Limit > 0 {
+		row.Limit = w.Limit
+		row.VsLimit = ratio(row.Rate(), w.Limit)
+	}
+	if err == nil && b.opts.Verify && w.Check != nil && phase != PhaseLocal && phase != PhaseDirect {
+		if cerr := w.Check(root); cerr != nil {
+			row.Verified = "WRONG: " + cerr.Error()
+		} else {
+			row.Verified = "ok"
+		}
+	}
+	b.printRow(row)
+	b.report.Rows = append(b.report.Rows, row)
+	return row
+}
+
+func (b *bench) printRow(r Row) {
+	rate := fmt.Sprintf("%8.1f MiB/s", r.Rate()/mib)
+	if r.metadataOnly() {
+		rate = fmt.Sprintf("%8.0f op/s ", r.OpsRate())
+	}
+	extra := ""
+	if r.Target == "ferry" && r.Phase != PhaseLocal {
+		extra = fmt.Sprintf("  store %d req %.1f MiB (%.1f in flight, %d cut)  rss %.0f MiB  cpu ferry %.1fs store %.1fs bench %.1fs",
+			r.StoreRequests, float64(r.StoreBytes)/mib, r.StoreInFlight, r.StoreErrors, float64(r.FerryPeakRSS)/mib, r.FerryCPU, r.StoreCPU, r.BenchCPU)
+	}
+	if r.Pass != nil {
+		extra += fmt.Sprintf("  AU %.0f%%", 100*r.AU)
+	}
+	if r.Verified != "" && r.Verified != "ok" {
+		extra += "  bytes " + r.Verified
+	}
+	if r.Error != "" {
+		extra += "  ERROR " + r.Error
+	}
+	b.logf("%-14s %-8s %s%s", r.Workload, r.Phase, rate, extra)
+}
+
+// prepareData writes the local copy (kept between runs of the same spec).
+func (b *bench) prepareData(ctx context.Context) error {
+	total := b.spec.TotalBytes()
+	b.logf("dataset: %d files, %.0f MiB, local copy in %s", len(b.spec.Files()), float64(total)/mib, b.opts.DataDir)
+	bar := b.newBar("writing local copy", total)
+	err := b.spec.WriteDir(b.opts.DataDir, bar)
+	b.finishBar()
+	return err
+}
+
+// upload puts the dataset into the emulated store.
+func (b *bench) upload(ctx context.Context) error {
+	start := time.Now()
+	bar := b.newBar("uploading", b.spec.TotalBytes())
+	err := b.spec.Upload(ctx, b.remote.Writer, "", 4, bar)
+	b.finishBar()
+	if err != nil {
+		return err
+	}
+	b.logf("uploaded %.0f MiB to %s in %v", float64(b.spec.TotalBytes())/mib, b.remote.Desc, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// mount starts ferry on a fresh mount point with cacheDir.
+func (b *bench) mount(ctx context.Context, cacheDir string) (*Mount, error) {
+	b.mounts++
+	dir := filepath.Join(b.opts.WorkDir, "mnt")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return b.ferry.Mount(ctx, dir, cacheDir, b.mounts)
+}
+
+// unmount unmounts and records a misbehaving exit as a note.
+func (b *bench) unmount(m *Mount) {
+	if err := m.Unmount(); err != nil {
+		b.logf("unmount: %v", err)
+		b.report.Notes = append(b.report.Notes, "unmount: "+oneLine(err.Error()))
+	}
+}
+
+// runFerry runs groups of workloads through ferry: each group gets a fresh
+// cache and mount (cold), is read again on it (warm), then on a new ferry
+// process over the same cache (remount).
+func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
+	for gi, group := range groups {
+		cacheDir := filepath.Join(b.opts.WorkDir, fmt.Sprintf("cache-%02d", gi))
+		if err := os.RemoveAll(cacheDir); err != nil {
+			return err
+		}
+		err := func() error {
+			m, err := b.mount(ctx, cacheDir)
+			if err != nil {
+				return err
+			}
+			defer b.unmount(m)
+			for _, phase := range []string{PhaseCold, PhaseWarm} {
+				for _, w := range group {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					b.measure(ctx, w, phase, "ferry", m.Dir, m)
+				}
+			}
+			return nil
+		}()
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			m, err := b.mount(ctx, cacheDir)
+			if err != nil {
+				return err
+			}
+			defer b.unmount(m)
+			for _, w := range group {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				b.measure(ctx, w, PhaseRemount, "ferry", m.Dir, m)
+			}
+			return nil
+		}()
+		if err != nil {
+			return err
+		}
+		if du, err := dirUsage(cacheDir); err == nil {
+			b.logf("cache %s holds %.0f MiB on disk", filepath.Base(cacheDir), float64(du)/mib)
+		}
+		_ = os.RemoveAll(cacheDir)
+	}
+	return nil
+}
+
+// dirUsage is the disk space used under dir (allocated blocks, so sparse
+// cache files count for what they hold).
+func dirUsage(dir string) (int64, error) {
+	out, err := exec.Command("du", "-sk", dir).Output()
+	if err != nil {
+		return 0, err
+	}
+	var kb int64
+	_, err = fmt.Sscanf(string(out), "%d", &kb)
+	return kb << 10, err
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 400 {
+		s = s[:400] + "..."
+	}
+	return s
+}
+
+// derive computes the figures that follow from the rows: ratios to
+// local disk, the CPU summary and, for ferry runs, the issues' targets.
+func (rep *Report) derive(ferry bool) {
+	fillRatios(rep.Rows)
+	rep.Emulator = costOf(rep.Rows)
+	rep.Targets = nil
+	if ferry {
+		rep.Targets = checkTargets(rep.Rows, rep.Options, memoryLimitOf(rep.Options.FerryArgs))
+	}
+}
+
+// render writes an earlier run's results again (after the report's format
+// changed), from its results.json; the figures are not touched.
+func render(o Options, stdout, stderr io.Writer) error {
+	f, err := os.Open(o.From)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var rep Report
+	if err := json.NewDecoder(f).Decode(&rep); err != nil {
+		return fmt.Errorf("%s: %w", o.From, err)
+	}
+	rep.derive(rep.Link != nil && rep.Options.TargetDir == "")
+	b := &bench{opts: rep.Options, stderr: stderr, report: &rep}
+	b.opts.Out = o.Out
+	if rep.Link != nil {
+		b.link = netem.Link{RTT: time.Duration(rep.Link.RTTms * float64(time.Millisecond)), PerConn: rep.Link.PerConnBytesPS, Total: rep.Link.TotalBytesPS}
+	}
+	return b.write(stdout)
+}
+
+// execute runs `bench demo` or `bench run` and writes the outputs.
+func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Writer) (err error) {
+	if o.Command == "render" {
+		return render(o, stdout, stderr)
+	}
+	start := time.Now()
+	b := &bench{
+		opts: o, stderr: stderr,
+		link: netem.Link{RTT: o.RTT, PerConn: o.ConnMBs * 1e6, Total: o.LinkMBs * 1e6},
+	}
+	b.spec = datasetSpec(o)
+	if b.opts.DataDir == "" {
+		b.opts.DataDir = filepath.Join(o.WorkDir, "data-"+specID(b.spec))
+	}
+	b.report = &Report{Command: argv, Started: start.UTC(), Machine: describeMachine(o.WorkDir), FerryTree: ferryTree(ctx), Options: b.opts, LoadStart: loadAvg()}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return err
+	}
+	if err := b.prepareData(ctx); err != nil {
+		return fmt.Errorf("writing the local copy: %w", err)
+	}
+	if o.Command == "generate" {
+		return nil
+	}
+	ws := buildWorkloads(b.opts, b.spec, b.link)
+
+	if o.TargetDir == "" {
+		b.report.Link = linkJSON(b.link)
+		b.report.FerryArgs = o.FerryArgs
+		storeDir := filepath.Join(o.WorkDir, "store-"+o.Store)
+		_ = os.RemoveAll(storeDir)
+		b.logf("starting the %s emulator behind the emulated link (%v RTT, %.0f MB/s per connection, %.0f MB/s in all)", o.Store, o.RTT, o.ConnMBs, o.LinkMBs)
+		b.remote, err = StartRemote(ctx, o.Store, storeDir, b.link)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := b.remote.Close(); cerr != nil {
+				b.logf("stopping the store: %v", cerr)
+			}
+			_ = os.RemoveAll(storeDir)
+		}()
+		b.report.Store = b.remote.Desc
+		bin := o.FerryBin
+		if bin == "" {
+			t := time.Now()
+			if bin, err = buildFerry(ctx, o.WorkDir); err != nil {
+				return err
+			}
+			b.logf("built %s in %v", bin, time.Since(t).Round(100*time.Millisecond))
+		}
+		b.ferry = &Ferry{Bin: bin, Source: b.remote.Source, Env: b.remote.Env, LogDir: o.WorkDir,
+			Args: append(append([]string{}, b.remote.Args...), o.FerryArgs...)}
+		if err := b.upload(ctx); err != nil {
+			return err
+		}
+	}
+
+	// The physical limit first: the same bytes on local disk.
+	for _, w := range ws {
+		if ctx.Err() != nil {
+			break
+		}
+		b.measure(ctx, w, PhaseLocal, "local", b.opts.DataDir, nil)
+	}
+
+	// What the emulated link delivers on this machine without ferry.
+	if b.remote != nil {
+		for _, w := range ws {
+			if w.Direct != nil && ctx.Err() == nil {
+				b.measure(ctx, Workload{Name: w.Name, Expect: w.Expect, Limit: w.Limit, Run: w.Direct(b.remote.Reader)}, PhaseDirect, "store", "", nil)
+			}
+		}
+	}
+
+	switch {
+	case o.TargetDir != "":
+		for _, phase := range []string{PhaseCold, PhaseWarm} {
+			for _, w := range ws {
+				if ctx.Err() != nil {
+					break
+				}
+				b.measure(ctx, w, phase, o.TargetDir, o.TargetDir, nil)
+			}
+		}
+		b.report.Notes = append(b.report.Notes, fmt.Sprintf("Target %s: 'cold' is this run's first pass over it (page cache dropped; its own caches as they were), 'warm' the second.", o.TargetDir))
+	case o.Command == "demo":
+		// Epochs: the whole dataset on one mount, as a training job reads it.
+		err = b.runFerry(ctx, [][]Workload{ws})
+	default:
+		groups := make([][]Workload, len(ws))
+		for i, w := range ws {
+			groups[i] = []Workload{w}
+		}
+		err = b.runFerry(ctx, groups)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+
+	b.report.derive(b.remote != nil)
+	b.report.Duration = time.Since(start).Seconds()
+	b.report.LoadEnd = loadAvg()
+	if werr := b.write(stdout); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	return err
+}
+
+// ferryTree names the source ferry was built from: the commit, and
+// "-dirty" with uncommitted changes (figures of a tree in flux say so).
+func ferryTree(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// chartCap is the link cap in MiB/s when a link was emulated.
+func (b *bench) chartCap() float64 {
+	if b.report.Link == nil {
+		return 0
+	}
+	return b.link.Total / mib
+}
+
+// write prints the table and writes --out.
+func (b *bench) write(stdout io.Writer) error {
+	fmt.Fprintln(stdout)
+	if b.opts.Command == "demo" {
+		fmt.Fprintln(stdout, "Epoch 1 = cold (empty ferry cache), epoch 2 = warm (page cache dropped, ferry cache full), epoch 3 = after unmount and a new ferry on the same cache.")
+		fmt.Fprintln(stdout)
+	}
+	if err := b.report.WriteMarkdown(stdout); err != nil {
+		return err
+	}
+	if b.opts.Out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(b.opts.Out, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	for name, write := range map[string]func(io.Writer) error{
+		"results.md":   b.report.WriteMarkdown,
+		"results.json": b.report.WriteJSON,
+		"chart.svg": func(w io.Writer) error {
+			return writeChart(w, "ferry benchmark: throughput per workload and phase", b.report.Rows, b.chartCap(), "svg")
+		},
+		"chart.png": func(w io.Writer) error {
+			return writeChart(w, "ferry benchmark: throughput per workload and phase", b.report.Rows, b.chartCap(), "png")
+		},
+	} {
+		f, err := os.Create(filepath.Join(b.opts.Out, name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, write(f), f.Close())
+	}
+	b.logf("wrote %s/{results.md,results.json,chart.svg,chart.png}", b.opts.Out)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Target is one figure the filecache and readahead issues set for ferry,
+// checked against this run's rows.
+type Target struct {
+	What  string  `json:"what"`
+	Value float64 `json:"value"`
+	Want  string  `json:"want"`
+	Met   bool    `json:"met"`
+	// Shown is Value as printed.
+	Shown string `json:"shown"`
+}
+
+// findRow returns the first error-free row of a workload (by name prefix,
+// "seq-" + streams etc.) and phase.
+func findRow(rows []Row, workload, phase string) (Row, bool) {
+	for _, r := range rows {
+		if r.Workload == workload && r.Phase == phase && r.Target == "ferry" && r.Error == "" {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+// checkTargets compares the rows with the issues' targets; rows that did
+// not run are skipped. memoryLimit is ferry's --memory-limit in bytes (0:
+// unknown, the RSS target is skipped).
+func checkTargets(rows []Row, o Options, memoryLimit int64) []Target {
+	var out []Target
+	atLeast := func(what string, v, want float64) {
+		out = append(out, Target{What: what, Value: v, Want: fmt.Sprintf(">= %.0f%%", 100*want), Met: v >= want, Shown: fmt.Sprintf("%.0f%%", 100*v)})
+	}
+	atMost := func(what string, v, want float64, unit string) {
+		out = append(out, Target{What: what, Value: v, Want: fmt.Sprintf("<= %.2f%s", want, unit), Met: v <= want, Shown: fmt.Sprintf("%.2f%s", v, unit)})
+	}
+	seqN := fmt.Sprintf("seq-%d", o.Streams)
+	random := "random-" + sizeLabel(o.RecordSize)
+	small := "small-" + sizeLabel(o.SmallSize)
+	if r, ok := findRow(rows, "seq-1", PhaseCold); ok {
+		atLeast("cold sequential, 1 stream, of the link cap", r.VsLimit, 0.85)
+	}
+	if r, ok := findRow(rows, seqN, PhaseCold); ok {
+		atLeast(fmt.Sprintf("cold sequential, %d streams, of the link cap", o.Streams), r.VsLimit, 0.90)
+		if memoryLimit > 0 {
+			out = append(out, Target{What: fmt.Sprintf("peak RSS during the %d-stream cold read", o.Streams),
+				Value: float64(r.FerryPeakRSS), Want: fmt.Sprintf("<= %d MiB (--memory-limit + 96 MiB)", (memoryLimit+96*mib)/mib),
+				Met: r.FerryPeakRSS <= memoryLimit+96*mib, Shown: fmt.Sprintf("%d MiB", r.FerryPeakRSS/mib)})
+		}
+	}
+	if r, ok := findRow(rows, random, PhaseCold); ok {
+		atMost("cold random records: store bytes / application bytes", r.Amplification(), 1.3, "")
+		atLeast(fmt.Sprintf("cold random records, %d readers, of one round trip + transfer each", o.RandomReaders), r.VsLimit, 0.90)
+	}
+	if r, ok := findRow(rows, small, PhaseCold); ok {
+		// One request per file, plus the listing: a few requests for the
+		// directory and one page per 1000 entries.
+		extra, allowed := r.StoreRequests-r.Ops, 5+r.Ops/1000
+		out = append(out, Target{What: "cold small files: store requests beyond one per file (the listing)",
+			Value: float64(extra), Want: fmt.Sprintf("<= %d", allowed), Met: extra <= allowed,
+			Shown: fmt.Sprintf("%d (%d for %d files)", extra, r.StoreRequests, r.Ops)})
+		atLeast(fmt.Sprintf("cold small files, %d readers, of one round trip each", o.SmallReaders), r.VsLimit, 0.90)
+	}
+	for _, c := range []struct {
+		workload string
+		want     float64
+	}{{"seq-1", 0.85}, {seqN, 0.85}, {random, 0.60}, {small, 0.40}} {
+		if r, ok := findRow(rows, c.workload, PhaseWarm); ok {
+			atLeast("warm "+c.workload+" of local disk", r.VsLocal, c.want)
+		}
+	}
+	for _, w := range []string{"unet3d", "resnet50", "cosmoflow"} {
+		for _, phase := range []string{PhaseCold, PhaseWarm} {
+			if r, ok := findRow(rows, w, phase); ok && r.Pass != nil {
+				out = append(out, Target{What: fmt.Sprintf("%s %s, %d accelerator(s): AU", w, phase, r.Accelerators), Value: r.AU,
+					Want: fmt.Sprintf(">= %.0f%%", 100*r.PassAU), Met: *r.Pass, Shown: fmt.Sprintf("%.0f%%", 100*r.AU)})
+			}
+		}
+	}
+	return out
+}
+
+// targetsMarkdown renders the checks.
+func targetsMarkdown(ts []Target) string {
+	if len(ts) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nTargets from the filecache and readahead issues, on this run:\n\n| target | this run | wanted | met |\n|---|--:|---|---|\n")
+	for _, t := range ts {
+		met := "no"
+		if t.Met {
+			met = "yes"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.What, t.Shown, t.Want, met)
+	}
+	return b.String()
+}
+
+// memoryLimitOf finds --memory-limit in ferry's arguments, else ferry's
+// default (512 MiB, from `ferry --help`).
+func memoryLimitOf(args []string) int64 {
+	const ferryDefault = 512 << 20
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--memory-limit=")
+		if !ok && a == "--memory-limit" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			var n int64
+			if err := (sizeFlag{&n}).Set(v); err == nil {
+				return n
+			}
+			return 0
+		}
+	}
+	return ferryDefault
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/tools/bench/netem"
+)
+
+func TestCheckTargets(t *testing.T) {
+	o := defaultOptions("run")
+	yes, no := true, false
+	rows := []Row{
+		{Workload: "seq-1", Phase: PhaseCold, Target: "ferry", VsLimit: 0.86},
+		{Workload: "seq-4", Phase: PhaseCold, Target: "ferry", VsLimit: 0.80, FerryPeakRSS: 700 * mib},
+		{Workload: "random-512k", Phase: PhaseCold, Target: "ferry", Bytes: 100, StoreBytes: 140, VsLimit: 0.95},
+		{Workload: "small-128k", Phase: PhaseCold, Target: "ferry", Ops: 4000, StoreRequests: 4006, VsLimit: 0.5},
+		{Workload: "seq-1", Phase: PhaseWarm, Target: "ferry", VsLocal: 0.9},
+		{Workload: "small-128k", Phase: PhaseWarm, Target: "ferry", VsLocal: 0.3},
+		{Workload: "random-512k", Phase: PhaseWarm, Target: "ferry", Error: "boom", VsLocal: 0.99},
+		{Workload: "cosmoflow", Phase: PhaseWarm, Target: "ferry", AU: 0.8, PassAU: 0.7, Pass: &yes, Accelerators: 1},
+		{Workload: "unet3d", Phase: PhaseCold, Target: "ferry", AU: 0.1, PassAU: 0.9, Pass: &no, Accelerators: 1},
+		{Workload: "seq-1", Phase: PhaseCold, Target: "local", VsLimit: 0.1},
+	}
+	got := map[string]Target{}
+	for _, tg := range checkTargets(rows, o, 512<<20) {
+		got[tg.What] = tg
+	}
+	check := func(what string, met bool, shown string) {
+		t.Helper()
+		tg, ok := got[what]
+		require.True(t, ok, "missing %q in %v", what, got)
+		assert.Equal(t, met, tg.Met, what)
+		assert.Equal(t, shown, tg.Shown, what)
+	}
+	check("cold sequential, 1 stream, of the link cap", true, "86%")
+	check("cold sequential, 4 streams, of the link cap", false, "80%")
+	check("peak RSS during the 4-stream cold read", false, "700 MiB")
+	check("cold random records: store bytes / application bytes", false, "1.40")
+	check("cold random records, 4 readers, of one round trip + transfer each", true, "95%")
+	check("cold small files: store requests beyond one per file (the listing)", true, "6 (4006 for 4000 files)")
+	check("cold small files, 8 readers, of one round trip each", false, "50%")
+	check("warm seq-1 of local disk", true, "90%")
+	check("warm small-128k of local disk", false, "30%")
+	check("cosmoflow warm, 1 accelerator(s): AU", true, "80%")
+	check("unet3d cold, 1 accelerator(s): AU", false, "10%")
+	_, ok := got["warm random-512k of local disk"]
+	assert.False(t, ok, "a failed row is not judged")
+	_, ok = got["warm seq-4 of local disk"]
+	assert.False(t, ok, "a row that did not run is not judged")
+	assert.Contains(t, targetsMarkdown(checkTargets(rows, o, 0)), "| cold sequential, 1 stream, of the link cap | 86% | >= 85% | yes |")
+}
+
+func TestMemoryLimitOf(t *testing.T) {
+	assert.Equal(t, int64(512<<20), memoryLimitOf(nil), "ferry's default")
+	assert.Equal(t, int64(256<<20), memoryLimitOf([]string{"--debug", "--memory-limit", "256MiB"}))
+	assert.Equal(t, int64(1<<30), memoryLimitOf([]string{"--memory-limit=1GiB"}))
+	assert.Zero(t, memoryLimitOf([]string{"--memory-limit", "lots"}), "unknown: the target is skipped")
+}
+
+func TestRenderFromJSON(t *testing.T) {
+	dir := t.TempDir()
+	o := defaultOptions("run")
+	rep := &Report{Command: []string{"bench", "run"}, Options: o, Link: linkJSON(netem.Default), Rows: sampleRows()}
+	f, err := os.Create(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.NoError(t, rep.WriteJSON(f))
+	require.NoError(t, f.Close())
+
+	out := filepath.Join(dir, "out")
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, execute(t.Context(), Options{Command: "render", From: filepath.Join(dir, "results.json"), Out: out}, nil, &stdout, &stderr))
+	for _, name := range []string{"results.md", "results.json", "chart.svg", "chart.png"} {
+		st, err := os.Stat(filepath.Join(out, name))
+		require.NoError(t, err, name)
+		assert.Positive(t, st.Size(), name)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "| cold sequential, 1 stream, of the link cap | 84% | >= 85% | no |", "targets derived again")
+	assert.Contains(t, string(md), "| seq-1 | warm | 800.0 | 80% |", "ratios derived again")
+	assert.Equal(t, stdout.String()[1:], string(md), "stdout shows the same table")
+}
