@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -19,14 +20,22 @@ import (
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	if err := run(ctx, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "emulators: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run builds (or finds) each emulator and prints an export line for it.
+func run(ctx context.Context, stdout, stderr io.Writer) error {
 	for _, tool := range []emulator.Tool{emulator.FakeGCS, emulator.VersityGW} {
 		start := time.Now()
 		bin, err := emulator.Binary(ctx, tool)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "emulators: %v\n", err)
-			os.Exit(1)
+			return err
 		}
-		fmt.Fprintf(os.Stderr, "emulators: %s@%s ready in %v: %s\n", tool.Name, tool.Version, time.Since(start).Round(time.Second), bin)
-		fmt.Printf("export %s=%q\n", tool.EnvVar, bin)
+		fmt.Fprintf(stderr, "emulators: %s@%s ready in %v: %s\n", tool.Name, tool.Version, time.Since(start).Round(time.Second), bin)
+		fmt.Fprintf(stdout, "export %s=%q\n", tool.EnvVar, bin)
 	}
+	return nil
 }

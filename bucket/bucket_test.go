@@ -1,0 +1,67 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestByteRange(t *testing.T) {
+	for _, tc := range []struct {
+		r      ByteRange
+		size   uint64
+		clip   ByteRange
+		length uint64
+	}{
+		{ByteRange{0, 10}, 100, ByteRange{0, 10}, 10},
+		{ByteRange{90, 110}, 100, ByteRange{90, 100}, 20},
+		{ByteRange{150, 160}, 100, ByteRange{100, 100}, 10},
+		{ByteRange{5, 5}, 100, ByteRange{5, 5}, 0},
+		{ByteRange{0, 10}, 0, ByteRange{0, 0}, 10},
+	} {
+		assert.Equal(t, tc.clip, tc.r.Clip(tc.size), "%v clipped to %d", tc.r, tc.size)
+		assert.Equal(t, tc.length, tc.r.Len())
+		assert.LessOrEqual(t, tc.r.Clip(tc.size).Limit, tc.size)
+	}
+	assert.Zero(t, ByteRange{10, 5}.Len(), "an inverted range is empty")
+	assert.Equal(t, "[0, 8388608)", ByteRange{0, 8 << 20}.String())
+}
+
+func TestRetryAfter(t *testing.T) {
+	base := fmt.Errorf("503: %w", ErrUnavailable)
+	err := WithRetryAfter(base, 2*time.Second)
+	d, ok := RetryAfter(fmt.Errorf("wrapped: %w", err))
+	assert.True(t, ok)
+	assert.Equal(t, 2*time.Second, d)
+	assert.ErrorIs(t, err, ErrUnavailable, "the hint keeps the sentinel")
+	assert.Equal(t, base.Error(), err.Error())
+
+	_, ok = RetryAfter(base)
+	assert.False(t, ok)
+	assert.Same(t, base, WithRetryAfter(base, 0), "no hint, no wrapper")
+	assert.NoError(t, WithRetryAfter(nil, time.Second))
+}
+
+func TestContextErrorAndRetryable(t *testing.T) {
+	unavailable := fmt.Errorf("reset: %w", ErrUnavailable)
+	assert.True(t, IsRetryable(unavailable))
+	assert.False(t, IsRetryable(fmt.Errorf("x: %w", ErrNotFound)))
+
+	live := context.Background()
+	assert.Same(t, unavailable, ContextError(live, unavailable))
+	assert.NoError(t, ContextError(live, nil))
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := ContextError(done, unavailable)
+	assert.ErrorIs(t, err, ErrCanceled)
+	assert.ErrorIs(t, err, ErrUnavailable, "the cause stays visible")
+	assert.False(t, IsRetryable(err), "a cancelled call is never retried")
+	already := fmt.Errorf("x: %w", ErrCanceled)
+	assert.Same(t, already, ContextError(done, already))
+	assert.True(t, errors.Is(ContextError(done, errors.New("eof")), ErrCanceled))
+}
