@@ -117,6 +117,12 @@ func TestRemountOverDeadMount(t *testing.T) {
 	m := mountAt(t, s, dir)
 	require.NoError(t, syscall.Kill(m.pid, syscall.SIGKILL))
 	require.True(t, waitFor(10*time.Second, func() bool { return !alive(m.pid) }))
+	// The process can look gone (a zombie leader) while its other threads
+	// still hold /dev/fuse open; the mount is dead once statfs says so.
+	require.True(t, waitFor(10*time.Second, func() bool {
+		var st syscall.Statfs_t
+		return errors.Is(syscall.Statfs(dir, &st), syscall.ENOTCONN)
+	}), "a killed daemon leaves a dead mount")
 	m2 := mountAt(t, s, dir)
 	requireSameFile(t, filepath.Join(m2.dir, "f"), []byte("x"))
 	mounts := 0

@@ -312,15 +312,26 @@ func accelerator(ctx context.Context, cfg Config, samples []Sample, m *Meter) (i
 			case err := <-errc:
 				return total, err
 			case <-ctx.Done():
-				return total, ctx.Err()
+				return total, cause(errc, ctx.Err())
 			}
 		}
 		total += batch
 		if err := cfg.Clock.Sleep(ctx, w.Compute); err != nil {
-			return total, err
+			return total, cause(errc, err)
 		}
 		m.StepDone(waitStart, batch, w.Compute)
 	}
 	cancel()
 	return total, nil
+}
+
+// cause prefers a reader's error to err: a reader that fails sends its
+// error before it cancels, so a cancellation seen here may be its doing.
+func cause(errc <-chan error, err error) error {
+	select {
+	case e := <-errc:
+		return e
+	default:
+		return err
+	}
 }
