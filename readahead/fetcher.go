@@ -77,6 +77,10 @@ type part struct {
 	// fromCache: a block read from the cache for a read that wanted only
 	// part of it, kept for the reads of the rest.
 	fromCache bool
+	// stored: readahead whose bytes the cache also took. It stays in
+	// memory for its reader (a copy instead of a pread and a CRC check per
+	// block), but anyone short of memory may drop it: the cache has it.
+	stored bool // GUARDED_BY(Fetcher.mu)
 	owner     *Handle
 	stream    *stream // readahead only
 	ctx       context.Context
@@ -310,7 +314,8 @@ func (f *Fetcher) finish(p *part, buf []byte, err error, stored bool) {
 	p.buf = buf
 	close(p.done)
 	alive := p.ctx.Err() == nil && !p.owner.closed.Load() && !f.closed
-	if p.keep && !stored && alive {
+	if p.keep && alive && (!stored || p.spec) {
+		p.stored = stored
 		p.consumed = make([]int64, p.limit-p.first)
 		p.left = len(p.consumed)
 		p.elem = f.resident.PushBack(p)
@@ -396,12 +401,13 @@ func (f *Fetcher) reclaimOne() bool {
 	return false
 }
 
-// reclaimCacheBlockLocked drops the least recently used block kept from
-// the cache that nobody is reading. LOCKS_REQUIRED(f.mu)
+// reclaimCacheBlockLocked drops the least recently used kept part whose
+// bytes are also in the cache and that nobody is reading.
+// LOCKS_REQUIRED(f.mu)
 func (f *Fetcher) reclaimCacheBlockLocked() bool {
 	for e := f.resident.Front(); e != nil; e = e.Next() {
 		p := e.Value.(*part)
-		if p.fromCache && p.refs == 1 {
+		if (p.fromCache || p.stored) && p.refs == 1 {
 			f.dropLocked(p)
 			return true
 		}
