@@ -19,17 +19,17 @@
 //
 // A block is written with pwrite, and only then marked present: at once in
 // memory, and durably by a batched index commit (every second, every
-// flushBlocks blocks, and at Close). Before each commit that records new
-// blocks, the data volume is flushed once with syncfs(2), so the index
-// never durably claims a block whose bytes are still only in the page
-// cache. We do not fsync per block: a datacenter SSD manages a few
-// thousand fsyncs a second, far below the block rate of one fast network
-// link, and a cache may lose work in a crash as long as it never serves
-// wrong bytes. kill -9 loses at most the last batch of index updates (the
-// blocks stay on disk as unreferenced space until they are rewritten);
-// a power cut on a disk that lies about flushes may leave a recorded block
-// with stale bytes, which the CRC check catches: the block is dropped,
-// counted as corrupt, and fetched again.
+// flushBlocks blocks, and at Close). The data volume is flushed with one
+// syncfs(2) at most every 30 seconds and at Close, not before every
+// commit: forcing writeback every second made a cold epoch wait on the
+// disk. So the index may durably claim a block whose bytes were still in
+// the page cache when the power went; that is what the per-block CRC is
+// for: such a block fails its check, is dropped, counted as corrupt, and
+// fetched again. We never fsync per block either: a datacenter SSD manages
+// a few thousand fsyncs a second, far below the block rate of one fast
+// network link, and a cache may lose work in a crash as long as it never
+// serves wrong bytes. kill -9 loses nothing written (the page cache
+// survives the process) and at most the last second of index updates.
 //
 // One process owns a Dir at a time (the index is locked); Open fails if
 // Dir cannot be created or is locked, and the caller may then run without

@@ -36,8 +36,11 @@ type pendingPut struct {
 }
 
 // flush writes dirty entries and deletions to the index in one
-// transaction. New blocks are made durable (syncfs) before the commit
-// that records them. On failure the work is put back for the next try.
+// transaction. Written blocks are made durable with one syncfs at most
+// every syncEvery (and at Close), so a commit may record blocks whose
+// bytes are still in the page cache; a power cut can then lose them, and
+// their CRC check fails and drops them. On failure the work is put back
+// for the next try.
 func (s *Store) flush() error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -67,17 +70,21 @@ func (s *Store) flush() error {
 	clear(s.dirty)
 	newBlocks := s.dirtyBlocks > 0
 	s.dirtyBlocks = 0
+	closing := s.closed
 	s.mu.Unlock()
 
-	if len(dels) == 0 && len(puts) == 0 {
+	s.unsynced = s.unsynced || newBlocks
+	if len(dels) == 0 && len(puts) == 0 && !(closing && s.unsynced) {
 		return nil
 	}
 	var err error
-	if newBlocks {
-		// One syncfs covers every data file written since the last
-		// commit, where an fsync per file would cost one flush each.
+	if s.unsynced && (closing || time.Since(s.lastSync) >= s.syncEvery) {
+		// One syncfs covers every data file written since the last one,
+		// where an fsync per file would cost one flush each.
 		if serr := s.hooks.syncData(s.dirFile); serr != nil {
 			err = fmt.Errorf("sync cache data: %w", serr)
+		} else {
+			s.unsynced, s.lastSync = false, time.Now()
 		}
 	}
 	if err == nil {

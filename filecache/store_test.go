@@ -555,6 +555,9 @@ func TestFailedCommitIsRetried(t *testing.T) {
 	var fail error
 	h := hooks{syncData: func(*os.File) error { return fail }}
 	s := openT(t, Config{Dir: dir, MaxSize: 3 * testBS}, h)
+	s.flushMu.Lock()
+	s.syncEvery = 0 // sync before every commit, so a failing sync fails it
+	s.flushMu.Unlock()
 	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
 	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
 	require.NoError(t, s.flush())
