@@ -81,12 +81,12 @@ type part struct {
 	// memory for its reader (a copy instead of a pread and a CRC check per
 	// block), but anyone short of memory may drop it: the cache has it.
 	stored bool // GUARDED_BY(Fetcher.mu)
-	owner     *Handle
-	stream    *stream // readahead only
-	ctx       context.Context
-	cancel    context.CancelFunc
-	done      chan struct{} // closed once buf or err is set
-	urgent    atomic.Bool   // a demand read waits for this readahead
+	owner  *Handle
+	stream *stream // readahead only
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed once buf or err is set
+	urgent atomic.Bool   // a demand read waits for this readahead
 
 	// Mutable state
 	cost  int64  // accounted bytes still held; GUARDED_BY(Fetcher.mu)
@@ -169,7 +169,8 @@ func New(cfg Config) (*Fetcher, error) {
 func (f *Fetcher) Open(obj bucket.Object) *Handle {
 	h := &Handle{f: f, obj: obj, key: objKey{obj.Name, obj.Version}}
 	h.ctx, h.cancel = context.WithCancel(f.ctx)
-	h.small = f.cfg.SmallObjectSize > 0 && int64(obj.Size) <= f.cfg.SmallObjectSize
+	h.whole.Store(f.cfg.SmallObjectSize > 0 && int64(obj.Size) <= f.cfg.SmallObjectSize)
+	h.medium = f.cfg.SmallObjectSize > 0 && int64(obj.Size) <= min(mediumObjectSize, f.cfg.PartSize)
 	h.det = detector{
 		reorder: f.cfg.ReorderTolerance,
 		gap:     f.cfg.GapTolerance,

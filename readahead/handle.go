@@ -20,17 +20,23 @@ type Handle struct {
 	f *Fetcher
 
 	// Constant data
-	obj    bucket.Object
-	key    objKey
-	small  bool            // fetched whole on the first read
+	obj bucket.Object
+	key objKey
+	// medium: at most mediumObjectSize; fetched whole (like a small
+	// object) if the handle's first read starts at offset 0.
+	medium bool
+	// whole: fetch the rest of the object with the first read: set at Open
+	// for small objects, by the first read for medium ones.
+	whole  atomic.Bool
 	ctx    context.Context // parent of the streams' contexts
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // this handle's readahead goroutines
 
 	closed atomic.Bool // set under mu
 
-	mu  sync.Mutex
-	det detector // GUARDED_BY(mu)
+	mu   sync.Mutex
+	det  detector // GUARDED_BY(mu)
+	read bool     // GUARDED_BY(mu); the handle has seen a read
 }
 
 // ReadAt reads len(p) bytes at off with io.ReaderAt semantics: fewer bytes
@@ -94,7 +100,15 @@ func (h *Handle) observe(off, n int64) error {
 	if h.closed.Load() {
 		return ErrClosed
 	}
-	if h.small {
+	if !h.read {
+		h.read = true
+		// A file read from its start is usually read whole: for an object
+		// of a few MiB one request beats a ramping readahead window.
+		if h.medium && off == 0 {
+			h.whole.Store(true)
+		}
+	}
+	if h.whole.Load() {
 		return nil
 	}
 	s, advanced, evicted := h.det.observe(off, n)
@@ -314,7 +328,7 @@ func (f *Fetcher) readChunk(ctx context.Context, h *Handle, dst []byte, cs, ce i
 			break
 		}
 		var extras []int64
-		if h.small && first {
+		if h.whole.Load() && first {
 			extras = c.smallExtras()
 		}
 		parts, _, missing := c.lookup(true)
@@ -566,7 +580,7 @@ func (c *chunk) claim(ctx context.Context, missing, extras []int64, deferOK bool
 		}
 	}
 	var used int64
-	keep := c.h.small && f.cache == nil
+	keep := c.h.whole.Load() && f.cache == nil
 	for _, r := range c.runs(free, want) {
 		p := f.newPart(c.h, r[0], r[1], false, keep)
 		p.refs++ // ours

@@ -117,6 +117,27 @@ func TestSmallObjectOneRequest(t *testing.T) {
 	}
 }
 
+// TestMediumObjectFromStart: an object of a few MiB read from offset 0 is
+// fetched whole in one request; read from the middle, only the blocks
+// asked for are fetched.
+func TestMediumObjectFromStart(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 64 * MiB})
+	obj := b.put("sample", 2764*KiB)
+	h := f.Open(obj)
+	sequential(t, b, h, 128*KiB)
+	assert.Equal(t, []bucket.ByteRange{{Start: 0, Limit: obj.Size}}, b.ranges("sample"))
+	h.Close()
+
+	other := b.put("random", 3*MiB)
+	h = f.Open(other)
+	readCheck(t, b, h, 1*MiB+5, 100)
+	assert.Equal(t, []bucket.ByteRange{{Start: uint64(1 * MiB), Limit: uint64(1*MiB + 64*KiB)}}, b.ranges("random"),
+		"a first read in the middle fetches its block, not the object")
+	h.Close()
+	assert.Zero(t, f.Stats().BudgetInUse)
+}
+
 func TestSingleFlight(t *testing.T) {
 	b := newFakeBucket()
 	g := newGate(nil)
