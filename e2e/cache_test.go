@@ -123,18 +123,26 @@ func cacheDataFiles(t *testing.T, cacheDir string) []string {
 	return files
 }
 
+// filledCache stages three 3 MiB objects, reads them once through a
+// mount with a cache, and unmounts: the cache then holds one data file per
+// object, ready to be damaged.
+func filledCache(t *testing.T, s *store) (objs map[string][]byte, cacheDir string, files []string) {
+	t.Helper()
+	objs = dataset(t, s, "d", 3, 3<<20)
+	cacheDir = t.TempDir()
+	m := mount(t, s, "--cache-dir", cacheDir)
+	readAll(t, m, objs)
+	m.unmount(t)
+	files = cacheDataFiles(t, cacheDir)
+	require.Len(t, files, 3)
+	return objs, cacheDir, files
+}
+
 // TestCorruptCacheBlockIsRefetched: a flipped byte in a cache file is
 // detected by its CRC, never served, and fetched again.
 func TestCorruptCacheBlockIsRefetched(t *testing.T) {
 	s := newStore(t, "s3")
-	objs := dataset(t, s, "d", 3, 3<<20)
-	cacheDir := t.TempDir()
-	m := mount(t, s, "--cache-dir", cacheDir)
-	readAll(t, m, objs)
-	m.unmount(t)
-
-	files := cacheDataFiles(t, cacheDir)
-	require.Len(t, files, 3)
+	objs, cacheDir, files := filledCache(t, s)
 	for _, f := range files {
 		fh, err := os.OpenFile(f, os.O_RDWR, 0)
 		require.NoError(t, err)

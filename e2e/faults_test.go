@@ -211,13 +211,7 @@ func tmpfs(t *testing.T, size string) string {
 // fetched again.
 func TestCacheFileTruncated(t *testing.T) {
 	s := newStore(t, "s3")
-	objs := dataset(t, s, "d", 3, 3<<20)
-	cacheDir := t.TempDir()
-	m := mount(t, s, "--cache-dir", cacheDir)
-	readAll(t, m, objs)
-	m.unmount(t)
-	files := cacheDataFiles(t, cacheDir)
-	require.Len(t, files, 3)
+	objs, cacheDir, files := filledCache(t, s)
 	for _, f := range files {
 		require.NoError(t, os.Truncate(f, 1<<20+100))
 	}
