@@ -2,10 +2,12 @@ package main
 
 // The control socket: how `ferry invalidate` reaches the daemon serving a
 // mount. setxattr cannot carry commands (the VFS refuses it on read-only
-// mounts), so the daemon listens on a unix socket, mode 0600 in a 0700
-// directory, and tells clients where it is through the read-only
-// user.ferry.control xattr of every path in the mount. One JSON request
-// per connection, one JSON response.
+// mounts), and answering getxattr at all costs every `ls -l` a round trip
+// per entry, so the daemon listens on a unix socket, mode 0600 in a 0700
+// directory, at a path derived from the mount point (clients find the
+// mount point in /proc/self/mountinfo); with --control-socket elsewhere
+// it also links the derived path to it. One JSON request per connection,
+// one JSON response.
 
 import (
 	"context"
@@ -34,7 +36,7 @@ const defaultControlDir = "/run/ferry"
 
 // controlRequest is what a client sends.
 type controlRequest struct {
-	// Op is "invalidate".
+	// Op is "invalidate" or "cached".
 	Op string `json:"op"`
 	// Path is an object path relative to the mount, "/" for all of it.
 	Path string `json:"path"`
@@ -51,6 +53,11 @@ type controlResponse struct {
 	KernelEntries int    `json:"kernel_entries"`
 	DataEntries   int    `json:"data_entries"`
 	DataBytes     int64  `json:"data_bytes"`
+	// For cached: bytes of the file in the disk cache, and its size;
+	// NoCache when the mount has no disk cache.
+	CachedBytes int64 `json:"cached_bytes"`
+	Size        int64 `json:"size"`
+	NoCache     bool  `json:"no_cache,omitempty"`
 }
 
 // controlServer serves one mount's control socket.
@@ -62,6 +69,7 @@ type controlServer struct {
 
 	// Constant data
 	path string
+	link string // the default path, linked to path; "" if none
 	ln   net.Listener
 
 	wg sync.WaitGroup
@@ -100,6 +108,19 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 		return c, nil
 	}
 	c.path, c.ln = path, ln
+	if def := defaultControlSocket(cfg.MountPoint); explicit && def != path {
+		// Clients look for the socket at the derived path.
+		if os.MkdirAll(filepath.Dir(def), 0o700) == nil {
+			if fi, err := os.Lstat(def); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				_ = os.Remove(def) // a link left by an earlier daemon
+			}
+			if err := os.Symlink(path, def); err == nil {
+				c.link = def
+			} else {
+				log.Warn("control socket not linked at its default path; ferry warm --check and invalidate will not find it", "path", def, "err", err)
+			}
+		}
+	}
 	c.wg.Add(1)
 	go c.serve()
 	return c, nil
@@ -143,6 +164,11 @@ func (c *controlServer) Close() {
 	if c.ln != nil {
 		c.ln.Close()
 	}
+	if c.link != "" {
+		if target, err := os.Readlink(c.link); err == nil && target == c.path {
+			_ = os.Remove(c.link)
+		}
+	}
 	c.wg.Wait()
 }
 
@@ -177,6 +203,12 @@ func (c *controlServer) handle(conn net.Conn) {
 func (c *controlServer) do(ctx context.Context, req *controlRequest) controlResponse {
 	switch req.Op {
 	case "invalidate":
+	case "cached":
+		n, size, ok, err := c.fs.CachedBytes(ctx, req.Path)
+		if err != nil {
+			return controlResponse{Error: err.Error()}
+		}
+		return controlResponse{Path: req.Path, CachedBytes: n, Size: size, NoCache: !ok}
 	default:
 		return controlResponse{Error: fmt.Sprintf("unknown op %q", req.Op)}
 	}

@@ -197,25 +197,43 @@ func isMountPoint(dir string) bool {
 	return ok
 }
 
-// mountType returns the file system type ("fuse.ferry", "tmpfs") of the
-// topmost mount on dir, from /proc/self/mountinfo.
-func mountType(dir string) (fstype string, mounted bool) {
+// mountEntry is one line of /proc/self/mountinfo, the parts we use.
+type mountEntry struct {
+	point  string // mount point, unescaped
+	fstype string // "fuse.ferry", "tmpfs", ...
+}
+
+// readMounts lists this process's mounts in mount order.
+func readMounts() []mountEntry {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return "", false
+		return nil
 	}
+	var out []mountEntry
 	for _, line := range strings.Split(string(data), "\n") {
 		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
 		fields := strings.Fields(line)
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != dir {
+		if len(fields) < 5 {
 			continue
 		}
-		mounted, fstype = true, ""
+		e := mountEntry{point: unescapeMountinfo(fields[4])}
 		for i, f := range fields {
-			if f == "-" && i+1 < len(fields) {
-				fstype = fields[i+1]
+			if f == "-" && i >= 6 && i+1 < len(fields) {
+				e.fstype = fields[i+1]
 				break
 			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// mountType returns the file system type ("fuse.ferry", "tmpfs") of the
+// topmost mount on dir, from /proc/self/mountinfo.
+func mountType(dir string) (fstype string, mounted bool) {
+	for _, m := range readMounts() {
+		if m.point == dir {
+			fstype, mounted = m.fstype, true
 		}
 	}
 	return fstype, mounted

@@ -302,8 +302,8 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	// signal-cancelled setup context.
 	serveCtx, cancelServe := context.WithCancel(context.Background())
 	defer cancelServe()
-	// The control socket (control.go) listens before mounting, so the
-	// user.ferry.control xattr can name it from the first lookup.
+	// The control socket (control.go) listens before mounting, so
+	// clients can reach it as soon as the mount is visible.
 	ctl, err := startControl(cfg, logger, fileStore)
 	if err != nil {
 		return err
@@ -322,9 +322,8 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		Registerer:  reg,
 
 		// Operations: warm --check and invalidate (control.go).
-		CachedBytes:   cachedBytesOf(fileStore),
-		ControlSocket: ctl.socketPath(),
-		Control:       ctl.fs,
+		CachedBytes: cachedBytesOf(fileStore),
+		Control:     ctl.fs,
 	}, fs.MountOptions{
 		AllowOther:  cfg.AllowOther,
 		ReadAheadKB: cfg.ReadAheadKB,

@@ -4,9 +4,10 @@ package main
 // (read files into the disk cache, or with --check say how much of them is
 // there) and `ferry invalidate` (drop cached metadata, and optionally
 // data, of a path). Both run in the caller's process and talk to the
-// daemon only through the mount itself (reads and the read-only
-// user.ferry.* xattrs) and its control socket, so they work for any mount,
-// in the background or not, and need no configuration.
+// daemon only through the mount itself (reads, and /proc/self/mountinfo
+// to find which ferry mount a path is on) and that mount's control socket
+// (control.go), so they work for any mount, in the background or not, and
+// need no configuration.
 
 import (
 	"bufio"
@@ -29,8 +30,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
-
-	"ferry/fs"
 )
 
 // operationError is a command that ran but did not fully succeed (some
@@ -149,44 +148,94 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// getxattr reads one extended attribute of path (following symlinks).
-func getxattr(path, name string) (string, error) {
-	buf := make([]byte, 256)
+// errNotFerry says a path is not inside a ferry mount.
+var errNotFerry = errors.New("not on a ferry mount")
+
+// ferryMount finds the ferry mount that holds p, and p's object path in it
+// ("/" for the mount root). p need not exist (an object added to the store
+// since the last listing): its nearest existing ancestor is resolved,
+// symlinks followed, and the rest appended.
+func ferryMount(p string) (mountPoint, objPath string, err error) {
+	dir, err := filepath.Abs(p)
+	if err != nil {
+		return "", "", err
+	}
+	var rest []string
 	for {
-		n, err := unix.Getxattr(path, name, buf)
-		if errors.Is(err, unix.ERANGE) {
-			size, err := unix.Getxattr(path, name, nil)
-			if err != nil {
-				return "", err
-			}
-			buf = make([]byte, size+1)
+		real, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			dir = real
+			break
+		}
+		if !errors.Is(err, iofs.ErrNotExist) {
+			return "", "", err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", "", errNotFerry
+		}
+		rest = append([]string{filepath.Base(dir)}, rest...)
+		dir = parent
+	}
+	full := filepath.Join(append([]string{dir}, rest...)...)
+	// The deepest mount containing full decides (the last one listed on
+	// the same point is on top): a ferry mount with another file system
+	// mounted inside it does not own that subtree.
+	best, bestType := "", ""
+	for _, m := range readMounts() {
+		if !(full == m.point || m.point == "/" || strings.HasPrefix(full, m.point+"/")) {
 			continue
 		}
-		if err != nil {
-			return "", err
+		if len(m.point) >= len(best) {
+			best, bestType = m.point, m.fstype
 		}
-		return string(buf[:n]), nil
 	}
+	if bestType != "fuse.ferry" {
+		return "", "", errNotFerry
+	}
+	return best, "/" + strings.TrimPrefix(strings.TrimPrefix(full, best), "/"), nil
 }
 
-// errNotFerry says a path is not inside a ferry mount.
-var errNotFerry = errors.New("not on a ferry mount (no " + fs.XattrPath + " attribute)")
+// controlSocketOf finds the control socket of the ferry mounted on
+// mountPoint: where startControl puts it by default (a name derived from
+// the mount point, also linked there when --control-socket put it
+// elsewhere).
+func controlSocketOf(mountPoint string) (string, error) {
+	def := defaultControlSocket(mountPoint)
+	candidates := []string{def}
+	if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" {
+		candidates = append(candidates, filepath.Join(rt, "ferry", filepath.Base(def)))
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("no control socket for the ferry mount on %s (looked for %s; see the daemon's log)", mountPoint, strings.Join(candidates, ", "))
+}
 
 // cachedBytes is how many bytes of the file at path ferry's disk cache
-// holds; ok is false if the mount has no disk cache.
+// holds; ok is false if the mount has no disk cache. It asks the daemon
+// through its control socket and fetches nothing.
 func cachedBytes(path string) (n int64, ok bool, err error) {
-	v, err := getxattr(path, fs.XattrCached)
-	if errors.Is(err, unix.ENODATA) {
-		if _, perr := getxattr(path, fs.XattrPath); perr != nil {
-			return 0, false, errNotFerry
-		}
-		return 0, false, nil
-	}
+	mp, obj, err := ferryMount(path)
 	if err != nil {
 		return 0, false, err
 	}
-	n, err = strconv.ParseInt(v, 10, 64)
-	return n, err == nil, err
+	socket, err := controlSocketOf(mp)
+	if err != nil {
+		return 0, false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := callControl(ctx, socket, &controlRequest{Op: "cached", Path: obj})
+	if err != nil {
+		return 0, false, err
+	}
+	if resp.NoCache {
+		return 0, false, nil
+	}
+	return resp.CachedBytes, true, nil
 }
 
 ////////////////////////////////////////////////////////////////////////
@@ -333,12 +382,12 @@ func (w *warmer) fail(path string, err error) {
 // scan sends every regular file at or under root to jobs, growing the
 // bar's total as it goes.
 func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, seen map[string]bool) {
-	if _, err := getxattr(root, fs.XattrPath); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			w.fail(root, err)
-		} else {
-			w.fail(root, errNotFerry)
-		}
+	if _, err := os.Stat(root); err != nil {
+		w.fail(root, err)
+		return
+	}
+	if _, _, err := ferryMount(root); err != nil {
+		w.fail(root, err)
 		return
 	}
 	err := filepath.WalkDir(root, func(p string, d iofs.DirEntry, err error) error {
@@ -495,11 +544,11 @@ func runCheck(ctx context.Context, inv *invocation, paths []string, asJSON bool)
 // checkTree adds up sizes and cached bytes of the files at or under root
 // into r, and into total those of files not yet seen.
 func checkTree(ctx context.Context, root string, r, total *checkResult, seen map[string]bool, stderr io.Writer) error {
-	if _, err := getxattr(root, fs.XattrPath); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return err
-		}
-		return errNotFerry
+	if _, err := os.Stat(root); err != nil {
+		return err
+	}
+	if _, _, err := ferryMount(root); err != nil {
+		return err
 	}
 	return filepath.WalkDir(root, func(p string, d iofs.DirEntry, err error) error {
 		if ctx.Err() != nil {
@@ -549,42 +598,16 @@ func checkTree(ctx context.Context, root string, r, total *checkResult, seen map
 // invalidate
 ////////////////////////////////////////////////////////////////////////
 
-// locate finds the control socket and the object path of p. p itself may
-// not exist (an object added to the store since it was last listed): the
-// nearest existing ancestor on the mount answers, and the rest of p is
-// appended to its object path.
+// locate finds the control socket of the mount holding p and p's object
+// path. p itself may not exist (an object added to the store since it was
+// last listed).
 func locate(p string) (socket, objPath string, err error) {
-	abs, err := filepath.Abs(p)
+	mp, obj, err := ferryMount(p)
 	if err != nil {
 		return "", "", err
 	}
-	var rest []string
-	dir := abs
-	for {
-		obj, err := getxattr(dir, fs.XattrPath)
-		if err == nil {
-			socket, err := getxattr(dir, fs.XattrControl)
-			if errors.Is(err, unix.ENODATA) {
-				return "", "", errors.New("the mount has no control socket (see the daemon's log, or mount with --control-socket)")
-			}
-			if err != nil {
-				return "", "", err
-			}
-			for i := len(rest) - 1; i >= 0; i-- {
-				obj = strings.TrimSuffix(obj, "/") + "/" + rest[i]
-			}
-			return socket, obj, nil
-		}
-		if !errors.Is(err, unix.ENOENT) {
-			return "", "", errNotFerry
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", "", errNotFerry
-		}
-		rest = append(rest, filepath.Base(dir))
-		dir = parent
-	}
+	socket, err = controlSocketOf(mp)
+	return socket, obj, err
 }
 
 func invalidatePath(ctx context.Context, stdout io.Writer, p string, data bool) error {

@@ -221,7 +221,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "control-socket", Placeholder: "PATH", Fstab: "control_socket", Kind: String, DefaultDoc: "/run/ferry/HASH.sock (HASH from the mount point)", Category: catLogging,
-		Usage: "unix socket (0600) on which `ferry invalidate` reaches this mount; found through the user.ferry.control xattr of any path in the mount",
+		Usage: "unix socket (0600) on which `ferry invalidate` reaches this mount; ferry warm and invalidate look for it at the default path, which is linked to this one",
 		set:   func(c *Config, s string) error { return absPath(&c.ControlSocket, s) }},
 }
 

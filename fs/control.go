@@ -82,6 +82,35 @@ func (c *Control) Invalidate(ctx context.Context, p string) (InvalidateResult, e
 	return fs.invalidate(ctx, clean)
 }
 
+// CachedBytes reports how many bytes of the file at object path p the
+// local disk cache holds, and its size; ok is false when the mount has no
+// disk cache. It reads no data (resolving p may cost a metadata request
+// when the metadata cache does not know it). `ferry warm --check` asks it
+// through the control socket: answering through getxattr instead would
+// make the kernel send every `ls -l` a getxattr round trip per entry,
+// which cut a cached `ls -lR` to a fifth of its speed.
+func (c *Control) CachedBytes(ctx context.Context, p string) (n, size int64, ok bool, err error) {
+	fs, err := c.fileSystem()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if fs.cachedBytes == nil {
+		return 0, 0, false, nil
+	}
+	clean, err := cleanObjectPath(p)
+	if err != nil {
+		return 0, 0, true, err
+	}
+	e, err := fs.resolve(ctx, clean)
+	if err != nil {
+		return 0, 0, true, err
+	}
+	if e.kind != kindFile {
+		return 0, 0, true, fmt.Errorf("fs: %q is not a file: %w", p, bucket.ErrInvalid)
+	}
+	return fs.cachedBytes(e.obj), int64(e.obj.Size), true, nil
+}
+
 // cleanObjectPath turns "/a/b/", "a/b" or "" into "a/b" or "" (the root),
 // refusing names no inode can have.
 func cleanObjectPath(p string) (string, error) {

@@ -69,9 +69,6 @@ type Config struct {
 	// disk cache, without fetching anything; it backs the
 	// user.ferry.cached xattr (xattr.go).
 	CachedBytes func(obj bucket.Object) int64
-	// ControlSocket is the daemon's control socket, shown by the
-	// user.ferry.control xattr; "" when there is none.
-	ControlSocket string
 	// Control, when set, is bound to the file system by Mount, for
 	// invalidating its caches at run time (control.go).
 	Control *Control
@@ -100,7 +97,6 @@ type fileSystem struct {
 	ops *opMetrics
 
 	// Constant data
-	controlSocket     string
 	ttl, negTTL       time.Duration
 	uid, gid          uint32
 	fileMode, dirMode os.FileMode
@@ -176,28 +172,27 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		dirMode = 0o555
 	}
 	fs := &fileSystem{
-		bucket:        cfg.Bucket,
-		open:          cfg.Open,
-		log:           log,
-		now:           now,
-		ttl:           cfg.MetadataTTL,
-		negTTL:        cfg.NegativeTTL,
-		uid:           cfg.Uid,
-		gid:           cfg.Gid,
-		fileMode:      fileMode,
-		dirMode:       dirMode,
-		pageSize:      cfg.ListPageSize,
-		cachedBytes:   cfg.CachedBytes,
-		controlSocket: cfg.ControlSocket,
-		conn:          newConnState(),
-		mountTime:     now(),
-		cache:         newMetaCache(cfg.MetadataTTL, cfg.NegativeTTL, now),
-		inodes:        make(map[fuseops.InodeID]*inode),
-		byKey:         make(map[inodeKey]fuseops.InodeID),
-		nextInode:     fuseops.RootInodeID + 1,
-		dirs:          make(map[fuseops.HandleID]*dirHandle),
-		files:         make(map[fuseops.HandleID]*fileHandle),
-		nextHandle:    1,
+		bucket:      cfg.Bucket,
+		open:        cfg.Open,
+		log:         log,
+		now:         now,
+		ttl:         cfg.MetadataTTL,
+		negTTL:      cfg.NegativeTTL,
+		uid:         cfg.Uid,
+		gid:         cfg.Gid,
+		fileMode:    fileMode,
+		dirMode:     dirMode,
+		pageSize:    cfg.ListPageSize,
+		cachedBytes: cfg.CachedBytes,
+		conn:        newConnState(),
+		mountTime:   now(),
+		cache:       newMetaCache(cfg.MetadataTTL, cfg.NegativeTTL, now),
+		inodes:      make(map[fuseops.InodeID]*inode),
+		byKey:       make(map[inodeKey]fuseops.InodeID),
+		nextInode:   fuseops.RootInodeID + 1,
+		dirs:        make(map[fuseops.HandleID]*dirHandle),
+		files:       make(map[fuseops.HandleID]*fileHandle),
+		nextHandle:  1,
 	}
 	fs.prefetch = newDirPrefetcher(fs)
 	// The kernel holds one implicit reference to the root.

@@ -16,67 +16,50 @@ import (
 	"ferry/bucket"
 )
 
-func getXattr(fs *fileSystem, ino fuseops.InodeID, name string, size int) (string, int, error) {
-	op := &fuseops.GetXattrOp{Inode: ino, Name: name, Dst: make([]byte, size)}
-	err := fs.GetXattr(context.Background(), op)
-	if err != nil || size == 0 {
-		return "", op.BytesRead, err
-	}
-	return string(op.Dst[:op.BytesRead]), op.BytesRead, nil
-}
-
-func TestGetXattr(t *testing.T) {
+// TestCachedBytesThroughControl: the control socket's "cached" query
+// resolves a path and asks the cache hook about the file's current
+// object; no getxattr is answered at all (ENOSYS), so the kernel stops
+// sending `ls -l`'s xattr queries after the first.
+func TestCachedBytesThroughControl(t *testing.T) {
 	b := newTestBucket()
 	b.put("d/f", []byte("0123456789"))
 	var asked []bucket.Object
 	fs := newTestFS(t, b, nil, func(c *Config) {
-		c.ControlSocket = "/run/ferry/x.sock"
 		c.CachedBytes = func(obj bucket.Object) int64 { asked = append(asked, obj); return 7 }
 	})
-	d, err := lookUp(fs, fuseops.RootInodeID, "d")
-	require.NoError(t, err)
-	f, err := lookUp(fs, d.Child, "f")
-	require.NoError(t, err)
+	ctl := NewControl()
+	ctl.bind(fs)
+	ctx := context.Background()
 
-	for _, c := range []struct {
-		ino  fuseops.InodeID
-		name string
-		want string
-		err  error
-	}{
-		{f.Child, XattrCached, "7", nil},
-		{f.Child, XattrPath, "/d/f", nil},
-		{d.Child, XattrPath, "/d", nil},
-		{fuseops.RootInodeID, XattrPath, "/", nil},
-		{fuseops.RootInodeID, XattrControl, "/run/ferry/x.sock", nil},
-		{f.Child, XattrControl, "/run/ferry/x.sock", nil},
-		{d.Child, XattrCached, "", syscall.ENODATA}, // directories have no cached bytes
-		{f.Child, "security.capability", "", syscall.ENODATA},
-		{f.Child, "user.ferry.other", "", syscall.ENODATA},
-		{12345, XattrPath, "", syscall.ESTALE},
-	} {
-		got, _, err := getXattr(fs, c.ino, c.name, 256)
-		assert.Equal(t, c.err, err, "%d %s", c.ino, c.name)
-		assert.Equal(t, c.want, got, "%d %s", c.ino, c.name)
-	}
-	require.NotEmpty(t, asked)
+	n, size, ok, err := ctl.CachedBytes(ctx, "/d/f")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.EqualValues(t, 7, n)
+	assert.EqualValues(t, 10, size)
+	require.Len(t, asked, 1)
 	assert.Equal(t, "d/f", asked[0].Name, "the hook gets the file's current object")
 
-	// A size query, and a buffer too small.
-	_, n, err := getXattr(fs, fuseops.RootInodeID, XattrControl, 0)
-	require.NoError(t, err)
-	assert.Equal(t, len("/run/ferry/x.sock"), n)
-	_, _, err = getXattr(fs, fuseops.RootInodeID, XattrControl, 4)
-	assert.Equal(t, syscall.ERANGE, err)
+	_, _, _, err = ctl.CachedBytes(ctx, "/d")
+	assert.ErrorIs(t, err, bucket.ErrInvalid, "a directory has no cached bytes")
+	_, _, _, err = ctl.CachedBytes(ctx, "/d/missing")
+	assert.Error(t, err)
+	_, _, _, err = ctl.CachedBytes(ctx, "/d/../f")
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
 
-	// Without a disk cache or a control socket, the attributes are absent.
+	// Without a disk cache: not an error, just no cache.
 	bare := newTestFS(t, b, nil, nil)
-	f2, err := walk(t, bare, "d/f")
+	ctl2 := NewControl()
+	ctl2.bind(bare)
+	_, _, ok, err = ctl2.CachedBytes(ctx, "/d/f")
 	require.NoError(t, err)
-	_, _, err = getXattr(bare, f2.Child, XattrCached, 64)
-	assert.Equal(t, syscall.ENODATA, err)
-	_, _, err = getXattr(bare, fuseops.RootInodeID, XattrControl, 64)
-	assert.Equal(t, syscall.ENODATA, err)
+	assert.False(t, ok)
+
+	// Not mounted yet.
+	_, _, _, err = NewControl().CachedBytes(ctx, "/d/f")
+	assert.ErrorIs(t, err, ErrNotMounted)
+
+	err = fs.GetXattr(ctx, &fuseops.GetXattrOp{Inode: fuseops.RootInodeID, Name: "security.selinux", Dst: make([]byte, 64)})
+	assert.Equal(t, syscall.ENOSYS, err)
 }
 
 // TestInvalidateMetadata: with a TTL of forever, changes in the store
@@ -173,14 +156,13 @@ func TestInvalidateThroughMount(t *testing.T) {
 	assert.Equal(t, "old", string(got))
 	assert.Equal(t, syscall.ENOENT, unix.Stat(dir+"/d/new", &st))
 
-	// The xattrs, through the kernel.
-	buf := make([]byte, 64)
-	n, err := unix.Getxattr(dir+"/d/f", XattrPath, buf)
+	// Cached bytes through the control, and no xattrs through the kernel.
+	n, _, ok, err := ctl.CachedBytes(context.Background(), "/d/f")
 	require.NoError(t, err)
-	assert.Equal(t, "/d/f", string(buf[:n]))
-	n, err = unix.Getxattr(dir+"/d/f", XattrCached, buf)
-	require.NoError(t, err)
-	assert.Equal(t, "2", string(buf[:n]))
+	assert.True(t, ok)
+	assert.EqualValues(t, 2, n)
+	_, err = unix.Getxattr(dir+"/d/f", "user.ferry.cached", make([]byte, 64))
+	assert.Error(t, err)
 
 	b.put("d/f", []byte("brand new"))
 	b.put("d/new", nil)
