@@ -452,6 +452,35 @@ func (s *Store) lookupLocked(obj *bucket.Object) *entry {
 	return s.byObj[objKeyOf(obj)]
 }
 
+// WillRead tells the kernel that blocks [first, first+n) of obj are about
+// to be read (posix_fadvise WILLNEED), so that the disk reads behind one
+// application read of many blocks run together instead of one block
+// after another. Best effort: a missing entry or a failed advice is
+// ignored; it reads nothing and changes no state.
+func (s *Store) WillRead(obj *bucket.Object, first, n int64) {
+	if obj == nil || n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	e := s.lookupLocked(obj)
+	if s.closed || e == nil {
+		s.mu.Unlock()
+		return
+	}
+	e.pins++
+	s.mu.Unlock()
+	if f, _, err := s.fileFor(e, false); err == nil {
+		_ = unix.Fadvise(int(f.Fd()), first*s.blockSize, n*s.blockSize, unix.FADV_WILLNEED)
+	}
+	s.mu.Lock()
+	var finish *entry
+	if s.unpinLocked(e) {
+		finish = e
+	}
+	s.mu.Unlock()
+	s.finishEvictions([]*entry{finish})
+}
+
 // HasBlock reports whether block idx of obj is cached (it may still fail
 // its CRC check when read).
 func (s *Store) HasBlock(obj *bucket.Object, idx int64) bool {

@@ -596,3 +596,21 @@ func TestBucketIDsShareADir(t *testing.T) {
 	assert.False(t, s.HasBlock(o, 0))
 	assert.False(t, s.HasBlock(other, 0), "b's object is not a's")
 }
+
+// TestWillRead: the read advice touches no state: unknown objects and
+// empty ranges are ignored, and a cached entry reads back unchanged.
+func TestWillRead(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 4*testBS)
+	s.WillRead(o, 0, 4) // not cached yet: nothing to advise
+	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+	before := s.Stats()
+	s.WillRead(o, 1, 3)
+	s.WillRead(o, 0, 0)
+	s.WillRead(nil, 0, 1)
+	assert.Equal(t, before, s.Stats(), "advice counts as neither hit nor miss")
+	for i := range int64(4) {
+		assert.True(t, readOK(t, s, o, i))
+	}
+	s.checkInvariants(t)
+}

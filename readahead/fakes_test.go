@@ -209,8 +209,9 @@ func (r *fakeReader) Close() error {
 // memCache is an in-memory BlockCache that counts how often each block was
 // written, so tests can check that every byte goes into the cache once.
 type memCache struct {
-	bs    int64
-	reads atomic.Int64 // ReadBlock calls
+	bs      int64
+	reads   atomic.Int64 // ReadBlock calls
+	advised atomic.Int64 // blocks announced through WillRead
 
 	mu     sync.Mutex
 	blocks map[memCacheKey][]byte // GUARDED_BY(mu)
@@ -219,7 +220,12 @@ type memCache struct {
 	refuse bool // GUARDED_BY(mu)
 }
 
-var _ BlockCache = (*memCache)(nil)
+var (
+	_ BlockCache = (*memCache)(nil)
+	_ willReader = (*memCache)(nil)
+)
+
+func (c *memCache) WillRead(obj *bucket.Object, first, n int64) { c.advised.Add(n) }
 
 func newMemCache(bs int64) *memCache {
 	return &memCache{bs: bs, blocks: map[memCacheKey][]byte{}, writes: map[memCacheKey]int{}}

@@ -445,6 +445,9 @@ func (c *chunk) unref(parts []*part) {
 // Called holding no references.
 func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 	f := c.f
+	if wr, ok := f.cache.(willReader); ok && c.left > 1 {
+		wr.WillRead(&c.h.obj, c.b0, int64(len(c.filled)))
+	}
 	for j, ok := range c.filled {
 		if ok || inflight[j] {
 			continue
@@ -644,4 +647,12 @@ func (c *chunk) wait(ctx context.Context, parts, own []*part) (failures int, err
 		failures++
 	}
 	return failures, nil
+}
+
+// willReader is implemented by caches (filecache.Store) that can start
+// the disk reads of several blocks at once before they are read one by
+// one: a 512 KiB record is 9 blocks of 64 KiB, and reading them in turn
+// from a cold page cache waits for 9 disk reads in a row.
+type willReader interface {
+	WillRead(obj *bucket.Object, first, n int64)
 }

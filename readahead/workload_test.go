@@ -138,6 +138,29 @@ func TestMediumObjectFromStart(t *testing.T) {
 	assert.Zero(t, f.Stats().BudgetInUse)
 }
 
+// TestCacheReadsAreAdvised: a read of several cached blocks announces
+// them to the cache before reading them one by one; a one-block read
+// does not.
+func TestCacheReadsAreAdvised(t *testing.T) {
+	b := newFakeBucket()
+	c := newMemCache(64 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: c, MemoryLimit: 64 * MiB, SmallObjectSize: -1})
+	obj := b.put("o", 8*MiB)
+	h := f.Open(obj)
+	sequential(t, b, h, 1*MiB) // fill the cache
+	h.Close()
+	requests := len(b.ranges("o"))
+	c.advised.Store(0)
+
+	h = f.Open(obj)
+	defer h.Close()
+	readCheck(t, b, h, 3*MiB+100, 512*KiB)
+	assert.EqualValues(t, 9, c.advised.Load(), "the 9 blocks of an unaligned 512 KiB read")
+	readCheck(t, b, h, 5*MiB, 1000)
+	assert.EqualValues(t, 9, c.advised.Load(), "one block: nothing to advise")
+	assert.Len(t, b.ranges("o"), requests, "served from the cache")
+}
+
 func TestSingleFlight(t *testing.T) {
 	b := newFakeBucket()
 	g := newGate(nil)
