@@ -61,10 +61,13 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, nil
 	}
 	end := min(off+int64(len(p)), size)
-	if err := h.observe(off, end-off); err != nil {
+	seq, err := h.observe(off, end-off)
+	if err != nil {
 		return 0, err
 	}
-	if err := h.f.read(ctx, h, p[:end-off], off, end); err != nil {
+	// A sequential reader's cache file is read ahead by the kernel
+	// already; advice would only cut that readahead into small pieces.
+	if err := h.f.read(ctx, h, p[:end-off], off, end, !seq); err != nil {
 		return 0, err
 	}
 	n := int(end - off)
@@ -94,11 +97,13 @@ func (h *Handle) Close() {
 }
 
 // observe feeds the detector and issues readahead for a sequential stream.
-func (h *Handle) observe(off, n int64) error {
+// It reports whether the read belongs to a sequential stream (or to an
+// object fetched whole).
+func (h *Handle) observe(off, n int64) (sequential bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed.Load() {
-		return ErrClosed
+		return false, ErrClosed
 	}
 	if !h.read {
 		h.read = true
@@ -109,7 +114,7 @@ func (h *Handle) observe(off, n int64) error {
 		}
 	}
 	if h.whole.Load() {
-		return nil
+		return true, nil
 	}
 	s, advanced, evicted := h.det.observe(off, n)
 	if evicted != nil {
@@ -123,7 +128,7 @@ func (h *Handle) observe(off, n int64) error {
 	if advanced && s.sequential() {
 		h.prefetch(s, n)
 	}
-	return nil
+	return s.sequential(), nil
 }
 
 // prefetch grows s's window and issues parts up to next+window; n is the
@@ -269,10 +274,10 @@ func runsOf(b0 int64, set []bool) [][2]int64 {
 
 // read fills dst with [off, end), in chunks of at most one part so that
 // no single demand read needs more memory than the budget can give.
-func (f *Fetcher) read(ctx context.Context, h *Handle, dst []byte, off, end int64) error {
+func (f *Fetcher) read(ctx context.Context, h *Handle, dst []byte, off, end int64, advise bool) error {
 	chunkEnd := func(cs int64) int64 { return min(end, alignDown(cs, f.bs)+f.cfg.PartSize) }
 	if chunkEnd(off) == end {
-		return f.readChunk(ctx, h, dst, off, end)
+		return f.readChunk(ctx, h, dst, off, end, advise)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(f.cfg.MaxConnections)
@@ -280,7 +285,7 @@ func (f *Fetcher) read(ctx context.Context, h *Handle, dst []byte, off, end int6
 		ce := chunkEnd(cs)
 		d := dst[cs-off : ce-off]
 		from := cs
-		g.Go(func() error { return f.readChunk(gctx, h, d, from, ce) })
+		g.Go(func() error { return f.readChunk(gctx, h, d, from, ce, advise) })
 		cs = ce
 	}
 	return g.Wait()
@@ -296,15 +301,16 @@ type chunk struct {
 	b0     int64
 	filled []bool
 	left   int
+	advise bool // announce multi-block cache reads (random reads only)
 }
 
 // readChunk serves [cs, ce) from memory, the cache and the bucket, in that
 // order. Each round it either waits for fetches already in flight or funds
 // and starts its own; it never blocks on the budget while holding
 // references to parts, so demand reads cannot deadlock one another.
-func (f *Fetcher) readChunk(ctx context.Context, h *Handle, dst []byte, cs, ce int64) error {
+func (f *Fetcher) readChunk(ctx context.Context, h *Handle, dst []byte, cs, ce int64, advise bool) error {
 	b0, b1 := cs/f.bs, (ce+f.bs-1)/f.bs
-	c := &chunk{f: f, h: h, dst: dst, cs: cs, ce: ce, b0: b0, filled: make([]bool, b1-b0), left: int(b1 - b0)}
+	c := &chunk{f: f, h: h, dst: dst, cs: cs, ce: ce, b0: b0, filled: make([]bool, b1-b0), left: int(b1 - b0), advise: advise}
 	// Every round copies something, starts a fetch, or sees a fetch it
 	// waited for fail; only failures count against maxAttempts.
 	failures := 0
@@ -445,7 +451,7 @@ func (c *chunk) unref(parts []*part) {
 // Called holding no references.
 func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 	f := c.f
-	if wr, ok := f.cache.(willReader); ok && c.left > 1 {
+	if wr, ok := f.cache.(willReader); ok && c.advise && c.left > 1 {
 		wr.WillRead(&c.h.obj, c.b0, int64(len(c.filled)))
 	}
 	for j, ok := range c.filled {

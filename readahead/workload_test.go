@@ -159,6 +159,12 @@ func TestCacheReadsAreAdvised(t *testing.T) {
 	readCheck(t, b, h, 5*MiB, 1000)
 	assert.EqualValues(t, 9, c.advised.Load(), "one block: nothing to advise")
 	assert.Len(t, b.ranges("o"), requests, "served from the cache")
+
+	// A sequential reader is left to the kernel's readahead of the file.
+	h2 := f.Open(obj)
+	defer h2.Close()
+	sequential(t, b, h2, 1*MiB)
+	assert.EqualValues(t, 9, c.advised.Load(), "sequential reads are not advised")
 }
 
 func TestSingleFlight(t *testing.T) {
@@ -271,7 +277,7 @@ func TestDemandProgressWhenBudgetFullOfReadahead(t *testing.T) {
 	seq := f.Open(b.put("seq", 1<<30))
 	// Feed the detector so readahead fills the budget (held in flight).
 	for off := int64(0); f.Stats().BudgetInUse < 4*MiB && off < 64*MiB; off += 256 * KiB {
-		require.NoError(t, seq.observe(off, 256*KiB))
+		require.NoError(t, observeErr(seq.observe(off, 256*KiB)))
 	}
 	require.Equal(t, 4*MiB, f.Stats().BudgetInUse, "readahead filled the budget")
 	other := b.put("other", 8*MiB)
@@ -288,7 +294,7 @@ func TestDemandProgressWhenBudgetFullOfReadahead(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "the demand read waits for memory")
 	dropped := f.Stats().SpeculativeDropped
 	for k := int64(0); k < 4; k++ {
-		require.NoError(t, seq.observe(64*MiB+k*256*KiB, 256*KiB))
+		require.NoError(t, observeErr(seq.observe(64*MiB+k*256*KiB, 256*KiB)))
 	}
 	assert.Greater(t, f.Stats().SpeculativeDropped, dropped, "readahead yields to the waiting demand read")
 	close(g.open) // readahead completes; its parts are kept, then reclaimed for the demand read
@@ -345,7 +351,7 @@ func TestCloseCancelsReadaheadAndFreesMemory(t *testing.T) {
 	}
 	require.Positive(t, f2.Stats().BudgetInUse)
 	before := g.cancelled.Load()
-	require.NoError(t, h2.observe(500*MiB, 4*KiB)) // evicts the only stream
+	require.NoError(t, observeErr(h2.observe(500*MiB, 4*KiB))) // evicts the only stream
 	require.Eventually(t, func() bool { return f2.Stats().BudgetInUse == 0 }, 10*time.Second, time.Millisecond)
 	assert.Greater(t, g.cancelled.Load(), before)
 	close(g.open)
@@ -496,7 +502,7 @@ func TestManyStreamsStayWithinBudget(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for off := int64(0); off < 96*MiB; off += 1 * MiB {
-				require.NoError(t, handles[i].observe(off, 1*MiB))
+				require.NoError(t, observeErr(handles[i].observe(off, 1*MiB)))
 			}
 		}()
 	}
