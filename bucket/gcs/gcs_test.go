@@ -67,7 +67,7 @@ func newTestBucket(t *testing.T) *Bucket {
 	return b
 }
 
-func TestConformance(t *testing.T) {
+func TestConformanceGCS(t *testing.T) {
 	buckettest.Run(t, func(t *testing.T) (bucket.Bucket, bucket.Writer) {
 		b := newTestBucket(t)
 		return b, b

@@ -16,7 +16,7 @@ import (
 	"ferry/bucket/buckettest"
 )
 
-func TestConformance(t *testing.T) {
+func TestConformanceMem(t *testing.T) {
 	buckettest.Run(t, func(t *testing.T) (bucket.Bucket, bucket.Writer) {
 		b := New(t.Name())
 		t.Cleanup(b.checkInvariants)

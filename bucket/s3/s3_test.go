@@ -72,7 +72,7 @@ func newTestBucket(t *testing.T) *Bucket {
 	return b
 }
 
-func TestConformance(t *testing.T) {
+func TestConformanceS3(t *testing.T) {
 	buckettest.Run(t, func(t *testing.T) (bucket.Bucket, bucket.Writer) {
 		b := newTestBucket(t)
 		return b, b

@@ -449,16 +449,22 @@ func (b *bench) write(stdout io.Writer) error {
 		return err
 	}
 	var errs []error
-	for name, write := range map[string]func(io.Writer) error{
+	outputs := map[string]func(io.Writer) error{
 		"results.md":   b.report.WriteMarkdown,
 		"results.json": b.report.WriteJSON,
-		"chart.svg": func(w io.Writer) error {
+	}
+	// Metadata-only runs (walk, ls-lr) have no throughput to chart.
+	if workloads, _, _ := chartSeries(b.report.Rows); len(workloads) > 0 {
+		outputs["chart.svg"] = func(w io.Writer) error {
 			return writeChart(w, "ferry benchmark: throughput per workload and phase", b.report.Rows, b.chartCap(), "svg")
-		},
-		"chart.png": func(w io.Writer) error {
+		}
+		outputs["chart.png"] = func(w io.Writer) error {
 			return writeChart(w, "ferry benchmark: throughput per workload and phase", b.report.Rows, b.chartCap(), "png")
-		},
-	} {
+		}
+	} else {
+		b.logf("no rows with bytes: no chart")
+	}
+	for name, write := range outputs {
 		f, err := os.Create(filepath.Join(b.opts.Out, name))
 		if err != nil {
 			errs = append(errs, err)
@@ -466,6 +472,6 @@ func (b *bench) write(stdout io.Writer) error {
 		}
 		errs = append(errs, write(f), f.Close())
 	}
-	b.logf("wrote %s/{results.md,results.json,chart.svg,chart.png}", b.opts.Out)
+	b.logf("wrote %d files to %s", len(outputs), b.opts.Out)
 	return errors.Join(errs...)
 }

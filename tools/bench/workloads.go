@@ -51,7 +51,7 @@ func datasetSpec(o Options) dataset.Spec {
 	if need["random"] {
 		s.Groups = append(s.Groups, dataset.Group{Dir: "shards", Count: o.Shards, Size: o.ShardSize})
 	}
-	if need["small"] || need["walk"] {
+	if need["small"] || need["walk"] || need["ls-lr"] {
 		s.Groups = append(s.Groups, dataset.Group{Dir: "small", Count: o.SmallFiles, Size: o.SmallSize})
 	}
 	ml := mlperfWorkloads(o.MLPerfScale)
@@ -156,6 +156,14 @@ func buildWorkloads(o Options, spec dataset.Spec, link netem.Link) []Workload {
 				Name: "walk",
 				Run: func(ctx context.Context, root string, _ workload.Progress) (Row, error) {
 					r, err := workload.Walk(ctx, root, ".")
+					return fromResult(r), err
+				},
+			})
+		case "ls-lr":
+			ws = append(ws, Workload{
+				Name: "ls-lr",
+				Run: func(ctx context.Context, root string, _ workload.Progress) (Row, error) {
+					r, err := workload.ListLong(ctx, root, "small")
 					return fromResult(r), err
 				},
 			})

@@ -8,6 +8,7 @@
 package workload
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -305,4 +307,16 @@ func ReadSample(root, name string, off, size int64, buf []byte) (int64, error) {
 		}
 	}
 	return done, nil
+}
+
+// ListLong runs `ls -lR` over root/dir, as people and scripts walk a
+// dataset: a directory read, then attributes of every entry (which the
+// kernel gets with readdirplus). Ops counts the lines ls printed.
+func ListLong(ctx context.Context, root, dir string) (Result, error) {
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, "ls", "-lR", filepath.Join(root, dir)).Output()
+	if err != nil {
+		return Result{}, fmt.Errorf("ls -lR: %w", err)
+	}
+	return Result{Ops: int64(bytes.Count(out, []byte("\n"))), Elapsed: time.Since(start)}, nil
 }

@@ -116,3 +116,9 @@ func TestRecordsReadsEachRecordOnce(t *testing.T) {
 	_, err = Records(context.Background(), root, files, []Record{{File: 1, Offset: 1<<20 - 10, Size: 100}}, 1, nil)
 	assert.Error(t, err, "a record past the end is a short read")
 }
+
+func TestListLongCountsEntries(t *testing.T) {
+	r, err := ListLong(context.Background(), writeTree(t), "small")
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, r.Ops) // the "DIR:" header, "total N" and three files
+}
