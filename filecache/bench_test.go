@@ -43,7 +43,7 @@ func BenchmarkReadBlock(b *testing.B) {
 		s.mu.Lock()
 		e := s.entries[s.keyFor(o)]
 		s.mu.Unlock()
-		f, _, err := s.fileFor(e, false)
+		f, err := s.fileFor(e, false)
 		require.NoError(b, err)
 		p := make([]byte, bs)
 		b.SetBytes(bs)

@@ -159,6 +159,11 @@ type entry struct {
 	live       bool          // GUARDED_BY(Store.mu); false once evicted
 	metaDirty  bool          // GUARDED_BY(Store.mu)
 	atimeDirty bool          // GUARDED_BY(Store.mu)
+
+	// opening serialises opening (and creating) the data file, so that
+	// the one who creates it is the one who installs it, before anyone
+	// has written to it.
+	opening sync.Mutex
 }
 
 // Store is the cache. All methods are safe for concurrent use.
@@ -469,7 +474,7 @@ func (s *Store) WillRead(obj *bucket.Object, first, n int64) {
 	}
 	e.pins++
 	s.mu.Unlock()
-	if f, _, err := s.fileFor(e, false); err == nil {
+	if f, err := s.fileFor(e, false); err == nil {
 		_ = unix.Fadvise(int(f.Fd()), first*s.blockSize, n*s.blockSize, unix.FADV_WILLNEED)
 	}
 	s.mu.Lock()
@@ -518,7 +523,7 @@ func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
 		s.hooks.beforeRead()
 	}
 	ok, corrupt := false, false
-	f, _, err := s.fileFor(e, false)
+	f, err := s.fileFor(e, false)
 	if err == nil {
 		n, rerr := f.ReadAt(p, idx*s.blockSize)
 		switch {
@@ -678,7 +683,7 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 		off += lens[i]
 	}
 	stored, alloc := 0, int64(-1)
-	f, created, err := s.fileFor(e, true)
+	f, err := s.fileFor(e, true)
 	if err == nil {
 		var n int
 		n, err = s.hooks.writeAt(f, p[:total], first*s.blockSize)
@@ -697,12 +702,6 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 
 	s.mu.Lock()
 	s.reserved -= need
-	if created && e.live {
-		// The file vanished (cache dir deleted) and was recreated empty:
-		// blocks recorded before are gone.
-		clear(e.present)
-		clear(e.crcs)
-	}
 	if e.live {
 		for i := 0; i < stored; i++ {
 			e.present.set(first + int64(i))
@@ -711,7 +710,7 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 		if alloc < 0 {
 			alloc = e.bytes + need
 		}
-		if created || alloc > e.bytes {
+		if alloc > e.bytes {
 			s.used += alloc - e.bytes
 			e.bytes = alloc
 		}
@@ -878,40 +877,44 @@ func (s *Store) markDirtyLocked(e *entry, meta bool) {
 
 // fileFor returns e's open data file; the caller holds a pin on e, which
 // keeps the file open. With create, a missing file (or directory) is
-// created and created reports it.
-func (s *Store) fileFor(e *entry, create bool) (f *os.File, created bool, err error) {
-	s.mu.Lock()
-	if e.file != nil {
-		s.open.MoveToFront(e.openElem)
-		f = e.file
-		s.mu.Unlock()
-		return f, false, nil
+// created empty; the blocks recorded for the file that vanished are
+// forgotten before anyone writes to the new one.
+func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
+	if f := s.openedFile(e); f != nil {
+		return f, nil
 	}
-	s.mu.Unlock()
+	e.opening.Lock()
+	defer e.opening.Unlock()
+	if f := s.openedFile(e); f != nil { // opened while we waited
+		return f, nil
+	}
 
-	f, err = os.OpenFile(e.path, os.O_RDWR, 0)
+	f, err := os.OpenFile(e.path, os.O_RDWR, 0)
+	created := false
 	if errors.Is(err, fs.ErrNotExist) && create {
 		if err = os.MkdirAll(filepath.Dir(e.path), 0o700); err == nil {
 			f, err = os.OpenFile(e.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 			created = err == nil
-			if errors.Is(err, fs.ErrExist) {
-				f, err = os.OpenFile(e.path, os.O_RDWR, 0)
-			}
 		}
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 
 	s.mu.Lock()
-	if e.file != nil { // another pin opened it first
-		existing := e.file
-		s.mu.Unlock()
-		f.Close()
-		return existing, false, nil
-	}
 	e.file = f
 	e.openElem = s.open.PushFront(e)
+	if created && e.live {
+		// A new entry, or the file vanished (cache dir deleted) and was
+		// recreated empty: no block recorded so far is in it.
+		clear(e.present)
+		clear(e.crcs)
+		if e.bytes > 0 {
+			s.used -= e.bytes
+			e.bytes = 0
+			s.markDirtyLocked(e, true)
+		}
+	}
 	var toClose []*os.File
 	for el := s.open.Back(); el != nil && s.open.Len() > s.hooks.maxOpen; {
 		o := el.Value.(*entry)
@@ -924,7 +927,18 @@ func (s *Store) fileFor(e *entry, create bool) (f *os.File, created bool, err er
 	for _, c := range toClose {
 		c.Close()
 	}
-	return f, created, nil
+	return f, nil
+}
+
+// openedFile returns e's data file if it is open, else nil.
+func (s *Store) openedFile(e *entry) *os.File {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.file == nil {
+		return nil
+	}
+	s.open.MoveToFront(e.openElem)
+	return e.file
 }
 
 // Stats returns the counters and current usage.

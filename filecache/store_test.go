@@ -371,6 +371,32 @@ func TestWriteErrorsDegradeGracefully(t *testing.T) {
 	s.checkInvariants(t)
 }
 
+// TestConcurrentFirstWrites: the write that creates an object's file
+// finishing after another write to the same new file must not forget the
+// other's blocks (it did: epoch 2 of an e2e test refetched them).
+func TestConcurrentFirstWrites(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	write := func(f *os.File, p []byte, off int64) (int, error) {
+		if off == 0 {
+			close(started)
+			<-release
+		}
+		return f.WriteAt(p, off)
+	}
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{writeAt: write})
+	o := obj("o", 4*testBS)
+	first := make(chan int)
+	go func() { first <- s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)) }()
+	<-started // the first write created the file and is writing
+	assert.Equal(t, 2, s.WriteBlocks(o, 2, blocksData(o, 2, 2, testBS)))
+	close(release)
+	assert.Equal(t, 2, <-first)
+	for i := int64(0); i < 4; i++ {
+		assert.True(t, readOK(t, s, o, i), "block %d", i)
+	}
+	s.checkInvariants(t)
+}
+
 func TestCacheDirUnusable(t *testing.T) {
 	dir := t.TempDir()
 	rec := &recorder{}
