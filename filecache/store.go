@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
@@ -148,17 +150,20 @@ type entry struct {
 	path    string
 
 	// Mutable state
-	present    bitmap        // GUARDED_BY(Store.mu)
-	crcs       []uint32      // GUARDED_BY(Store.mu); 0 where absent
-	bytes      int64         // GUARDED_BY(Store.mu); allocated on disk
-	atime      int64         // GUARDED_BY(Store.mu); unix nanos
-	elem       *list.Element // GUARDED_BY(Store.mu); in Store.lru while live
-	openElem   *list.Element // GUARDED_BY(Store.mu); in Store.open while file != nil
-	file       *os.File      // GUARDED_BY(Store.mu)
-	pins       int           // GUARDED_BY(Store.mu); reads and writes in flight
-	live       bool          // GUARDED_BY(Store.mu); false once evicted
-	metaDirty  bool          // GUARDED_BY(Store.mu)
-	atimeDirty bool          // GUARDED_BY(Store.mu)
+	present  bitmap        // GUARDED_BY(Store.mu)
+	crcs     []uint32      // GUARDED_BY(Store.mu); 0 where absent
+	bytes    int64         // GUARDED_BY(Store.mu); allocated on disk
+	atime    int64         // GUARDED_BY(Store.mu); unix nanos
+	elem     *list.Element // GUARDED_BY(Store.mu); in Store.lru while live
+	openElem *list.Element // GUARDED_BY(Store.mu); in Store.open while file != nil
+	file     *os.File      // GUARDED_BY(Store.mu)
+	// direct is file reopened with O_DIRECT, for writes; nil until the
+	// first write (or when the volume refuses direct I/O).
+	direct     *os.File // GUARDED_BY(Store.mu)
+	pins       int      // GUARDED_BY(Store.mu); reads and writes in flight
+	live       bool     // GUARDED_BY(Store.mu); false once evicted
+	metaDirty  bool     // GUARDED_BY(Store.mu)
+	atimeDirty bool     // GUARDED_BY(Store.mu)
 
 	// opening serialises opening (and creating) the data file, so that
 	// the one who creates it is the one who installs it, before anyone
@@ -216,6 +221,10 @@ type Store struct {
 	pendingFree int64                // GUARDED_BY(mu); evicted bytes not yet unlinked
 	loggedKinds map[string]bool      // GUARDED_BY(mu)
 	closed      bool                 // GUARDED_BY(mu)
+
+	// noDirect: the volume refused O_DIRECT (tmpfs before Linux 6.6,
+	// some FUSE and network file systems); write through the page cache.
+	noDirect atomic.Bool
 
 	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
 	writeBlocks, writeBytes                    atomic.Int64
@@ -504,17 +513,48 @@ func (s *Store) HasBlock(obj *bucket.Object, idx int64) bool {
 // p's contents are undefined after false. It never returns true with
 // bytes other than those WriteBlocks stored for this object version.
 func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
-	if obj == nil || s.blockLen(obj, idx) != int64(len(p)) {
-		return false
+	var ok [1]bool
+	return s.ReadBlocks(obj, idx, p, ok[:]) == 1
+}
+
+// ReadBlocks is ReadBlock for the consecutive blocks first, first+1, ...
+// that p holds (whole blocks; the object's last may be short), in one
+// disk read: ok[i] reports block first+i (len(ok) is the block count).
+// It returns how many blocks it filled.
+func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int {
+	clear(ok)
+	if obj == nil || len(ok) == 0 {
+		return 0
 	}
+	var span int64
+	for i := range ok {
+		bl := s.blockLen(obj, first+int64(i))
+		if bl < 0 || i < len(ok)-1 && bl != s.blockSize {
+			return 0
+		}
+		span += bl
+	}
+	if span != int64(len(p)) {
+		return 0
+	}
+	want := make([]uint32, len(ok))
+	wanted := make([]bool, len(ok))
 	s.mu.Lock()
 	e := s.lookupLocked(obj)
-	if s.closed || e == nil || !e.present.get(idx) {
-		s.mu.Unlock()
-		s.countMiss(len(p))
-		return false
+	npresent := 0
+	if !s.closed && e != nil {
+		for i := range ok {
+			if e.present.get(first + int64(i)) {
+				wanted[i], want[i] = true, e.crcs[first+int64(i)]
+				npresent++
+			}
+		}
 	}
-	want := e.crcs[idx]
+	if npresent == 0 {
+		s.mu.Unlock()
+		s.countMissBlocks(len(ok), int64(len(p)))
+		return 0
+	}
 	e.pins++
 	s.touchLocked(e)
 	s.mu.Unlock()
@@ -522,26 +562,44 @@ func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
 	if s.hooks.beforeRead != nil {
 		s.hooks.beforeRead()
 	}
-	ok, corrupt := false, false
+	// Read from the first present block to the last.
+	lo, hi := slices.Index(wanted, true), len(wanted)-1
+	for !wanted[hi] {
+		hi--
+	}
+	corrupt := make([]bool, len(ok))
 	f, err := s.fileFor(e, false)
 	if err == nil {
-		n, rerr := f.ReadAt(p, idx*s.blockSize)
-		switch {
-		case n == len(p) && crc32.Checksum(p, castagnoli) == want:
-			ok = true
-		case n == len(p) || errors.Is(rerr, syscall.EIO) || n < len(p) && rerr != nil:
-			// Wrong bytes or bytes gone: a torn write, a power cut, a
-			// bad sector or a file truncated behind our back.
-			corrupt = true
+		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
+		n, rerr := f.ReadAt(p[from:to], (first)*s.blockSize+from)
+		for i := lo; i <= hi; i++ {
+			if !wanted[i] {
+				continue
+			}
+			bs, be := int64(i)*s.blockSize-from, min(int64(i+1)*s.blockSize, int64(len(p)))-from
+			switch {
+			case be <= int64(n) && crc32.Checksum(p[from+bs:from+be], castagnoli) == want[i]:
+				ok[i] = true
+			case be <= int64(n) || rerr != nil:
+				// Wrong bytes or bytes gone: a torn write, a power cut, a
+				// bad sector or a file truncated behind our back.
+				corrupt[i] = true
+			}
 		}
 	}
 
 	s.mu.Lock()
 	var finish *entry
-	dropped := corrupt && e.live && e.present.get(idx) && e.crcs[idx] == want
-	if dropped {
-		e.present.clear(idx)
-		e.crcs[idx] = 0
+	dropped := 0
+	for i := range ok {
+		idx := first + int64(i)
+		if corrupt[i] && e.live && e.present.get(idx) && e.crcs[idx] == want[i] {
+			e.present.clear(idx)
+			e.crcs[idx] = 0
+			dropped++
+		}
+	}
+	if dropped > 0 {
 		s.markDirtyLocked(e, true)
 	}
 	if errors.Is(err, fs.ErrNotExist) && e.live {
@@ -553,27 +611,33 @@ func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
 	}
 	s.mu.Unlock()
 	s.finishEvictions([]*entry{finish})
-	if dropped {
-		s.corrupt.Add(1)
+	if dropped > 0 {
+		s.corrupt.Add(int64(dropped))
 		// Once: a failing disk would otherwise log every block it holds.
 		s.logOnce("read: corrupt", "cache block failed its checksum; dropped and fetched again (logged once; see ferry_cache_corrupt_blocks_total)",
-			"object", e.name, "block", idx)
+			"object", e.name, "block", first+int64(slices.Index(corrupt, true)))
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		s.logOnce("read: missing", "cache file vanished (cache directory deleted?); its blocks are fetched again", "object", e.name)
 	}
-	if ok {
-		s.hitBlocks.Add(1)
-		s.hitBytes.Add(int64(len(p)))
-	} else {
-		s.countMiss(len(p))
+	filled, hit := 0, int64(0)
+	for i, good := range ok {
+		if good {
+			filled++
+			hit += min(int64(i+1)*s.blockSize, int64(len(p))) - int64(i)*s.blockSize
+		}
 	}
-	return ok
+	s.hitBlocks.Add(int64(filled))
+	s.hitBytes.Add(hit)
+	if missed := len(ok) - filled; missed > 0 {
+		s.countMissBlocks(missed, int64(len(p))-hit)
+	}
+	return filled
 }
 
-func (s *Store) countMiss(n int) {
-	s.missBlocks.Add(1)
-	s.missBytes.Add(int64(n))
+func (s *Store) countMissBlocks(blocks int, bytes int64) {
+	s.missBlocks.Add(int64(blocks))
+	s.missBytes.Add(bytes)
 }
 
 // WriteBlocks stores consecutive blocks of obj starting at block first. p
@@ -686,7 +750,7 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 	f, err := s.fileFor(e, true)
 	if err == nil {
 		var n int
-		n, err = s.hooks.writeAt(f, p[:total], first*s.blockSize)
+		n, err = s.writeData(e, f, p[:total], first*s.blockSize)
 		// Blocks wholly written before a failure are good.
 		for off := int64(0); stored < k && off+lens[stored] <= int64(n); stored++ {
 			off += lens[stored]
@@ -700,6 +764,7 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 		s.writeFailed(err)
 	}
 
+	var excess []*entry
 	s.mu.Lock()
 	s.reserved -= need
 	if e.live {
@@ -710,9 +775,14 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 		if alloc < 0 {
 			alloc = e.bytes + need
 		}
-		if alloc > e.bytes {
-			s.used += alloc - e.bytes
+		if grew := alloc - e.bytes; grew > 0 {
+			s.used += grew
 			e.bytes = alloc
+			if grew > need {
+				// The file system took more than the data (an extent
+				// block): make room for the excess now.
+				excess, _ = s.makeRoomLocked(0, e, avail-grew)
+			}
 		}
 		if stored > 0 {
 			s.markDirtyLocked(e, true)
@@ -724,6 +794,7 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 	kick := s.dirtyBlocks >= flushBlocks
 	finish := s.unpinLocked(e)
 	s.mu.Unlock()
+	s.finishEvictions(excess)
 	if finish {
 		s.finishEvictions([]*entry{e})
 	}
@@ -830,9 +901,7 @@ func (s *Store) finishEvictions(es []*entry) {
 		s.mu.Lock()
 		f := s.detachFileLocked(e)
 		s.mu.Unlock()
-		if f != nil {
-			f.Close()
-		}
+		f.close()
 		if err := os.Remove(e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("cannot remove evicted cache file", "err", err)
 		}
@@ -848,14 +917,26 @@ func (s *Store) finishEvictions(es []*entry) {
 	}
 }
 
-// LOCKS_REQUIRED(s.mu)
-func (s *Store) detachFileLocked(e *entry) *os.File {
-	f := e.file
-	if f != nil {
-		s.open.Remove(e.openElem)
-		e.openElem, e.file = nil, nil
+// openFiles are an entry's file descriptors, closed together.
+type openFiles struct{ file, direct *os.File }
+
+func (o openFiles) close() {
+	for _, f := range []*os.File{o.file, o.direct} {
+		if f != nil {
+			f.Close()
+		}
 	}
-	return f
+}
+
+// detachFileLocked forgets e's open files; the caller closes them
+// outside the lock. LOCKS_REQUIRED(s.mu)
+func (s *Store) detachFileLocked(e *entry) openFiles {
+	o := openFiles{e.file, e.direct}
+	if e.file != nil {
+		s.open.Remove(e.openElem)
+		e.openElem, e.file, e.direct = nil, nil, nil
+	}
+	return o
 }
 
 // touchLocked marks e most recently used.
@@ -915,7 +996,7 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 			s.markDirtyLocked(e, true)
 		}
 	}
-	var toClose []*os.File
+	var toClose []openFiles
 	for el := s.open.Back(); el != nil && s.open.Len() > s.hooks.maxOpen; {
 		o := el.Value.(*entry)
 		el = el.Prev()
@@ -925,7 +1006,7 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 	}
 	s.mu.Unlock()
 	for _, c := range toClose {
-		c.Close()
+		c.close()
 	}
 	return f, nil
 }
@@ -939,6 +1020,72 @@ func (s *Store) openedFile(e *entry) *os.File {
 	}
 	s.open.MoveToFront(e.openElem)
 	return e.file
+}
+
+// directAlign is the alignment O_DIRECT needs of offsets, lengths and
+// buffer addresses: the page size, which covers every logical block size
+// in use.
+const directAlign = 4096
+
+// writeData writes p at off into e's file f (e pinned). Whole aligned
+// pages go through O_DIRECT: the bytes are on their way to the reader
+// already, and a copy in the page cache would cost a second copy, the
+// kernel's writeback and memory the training job wants (the bytes are in
+// the FUSE page cache too). The unaligned tail (an object's short last
+// block) and volumes that refuse O_DIRECT use the page cache.
+func (s *Store) writeData(e *entry, f *os.File, p []byte, off int64) (int, error) {
+	n := 0
+	m := len(p) &^ (directAlign - 1)
+	if m > 0 && off%directAlign == 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))%directAlign == 0 {
+		if d := s.directFor(e, f); d != nil {
+			w, err := s.hooks.writeAt(d, p[:m], off)
+			switch {
+			case err == nil:
+				n = w
+			case w == 0 && errors.Is(err, syscall.EINVAL):
+				// Direct I/O refused after all: the page cache from now on.
+				s.noDirect.Store(true)
+			default:
+				return w, err
+			}
+		}
+	}
+	if n == len(p) {
+		return n, nil
+	}
+	w, err := s.hooks.writeAt(f, p[n:], off+int64(n))
+	return n + w, err
+}
+
+// directFor returns e's O_DIRECT descriptor for writing, opening it from
+// f (e is pinned, so f stays e's file), or nil to write through f.
+func (s *Store) directFor(e *entry, f *os.File) *os.File {
+	if s.noDirect.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	d := e.direct
+	s.mu.Unlock()
+	if d != nil {
+		return d
+	}
+	// Reopen the very file f is (even if its name is gone), not its path.
+	d, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_WRONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		s.noDirect.Store(true)
+		s.log.Info("cache writes go through the page cache: the cache volume refuses direct I/O", "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	if e.file != f || e.direct != nil { // another write opened one first
+		existing := e.direct
+		s.mu.Unlock()
+		d.Close()
+		return existing
+	}
+	e.direct = d
+	s.mu.Unlock()
+	return d
 }
 
 // Stats returns the counters and current usage.
@@ -970,7 +1117,7 @@ func (s *Store) Close() error {
 	<-s.stopped
 	err := s.flush()
 	s.mu.Lock()
-	var files []*os.File
+	var files []openFiles
 	for el := s.open.Front(); el != nil; {
 		e := el.Value.(*entry)
 		el = el.Next()
@@ -980,7 +1127,7 @@ func (s *Store) Close() error {
 	}
 	s.mu.Unlock()
 	for _, f := range files {
-		f.Close()
+		f.close()
 	}
 	for _, c := range s.metrics {
 		s.reg.Unregister(c)

@@ -7,13 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
 )
@@ -223,6 +226,43 @@ func TestIntegrityFlippedByte(t *testing.T) {
 	s.checkInvariants(t)
 }
 
+// TestReadBlocks: one read of several blocks fills exactly the present,
+// intact ones; a corrupt block among them is dropped, the others served.
+func TestReadBlocks(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("x", 8*testBS+10) // 9 blocks, the last short
+	require.Equal(t, 3, s.WriteBlocks(o, 1, blocksData(o, 1, 3, testBS)))
+	require.Equal(t, 3, s.WriteBlocks(o, 6, blocksData(o, 6, 3, testBS)))
+	s.mu.Lock()
+	path := s.entries[s.keyFor(o)].path
+	s.mu.Unlock()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{0xff, 0x00, 0xff}, 2*testBS+77) // block 2
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	all := blocksData(o, 0, 9, testBS)
+	p := make([]byte, len(all))
+	ok := make([]bool, 9)
+	assert.Equal(t, 5, s.ReadBlocks(o, 0, p, ok))
+	assert.Equal(t, []bool{false, true, false, true, false, false, true, true, true}, ok)
+	for i, good := range ok {
+		if good {
+			lo, hi := i*testBS, min((i+1)*testBS, len(all))
+			assert.Equal(t, all[lo:hi], p[lo:hi], "block %d", i)
+		}
+	}
+	assert.False(t, s.HasBlock(o, 2), "the corrupt block is dropped")
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+
+	// Wrong lengths read nothing.
+	assert.Zero(t, s.ReadBlocks(o, 0, p[:len(p)-1], ok))
+	assert.Zero(t, s.ReadBlocks(o, 6, make([]byte, 3*testBS), make([]bool, 3)), "block 8 is short")
+	assert.Equal(t, 2, s.ReadBlocks(o, 6, make([]byte, 2*testBS), make([]bool, 2)))
+	s.checkInvariants(t)
+}
+
 func TestOrphanAndMissingFileCleanup(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, Config{Dir: dir}, hooks{})
@@ -393,6 +433,63 @@ func TestConcurrentFirstWrites(t *testing.T) {
 	assert.Equal(t, 2, <-first)
 	for i := int64(0); i < 4; i++ {
 		assert.True(t, readOK(t, s, o, i), "block %d", i)
+	}
+	s.checkInvariants(t)
+}
+
+// alignedBlocks returns blocksData copied into a page-aligned buffer, as
+// readahead's pooled part buffers are.
+func alignedBlocks(o *bucket.Object, first, count int64) []byte {
+	src := blocksData(o, first, count, testBS)
+	buf := make([]byte, len(src)+directAlign)
+	skip := (directAlign - int(uintptr(unsafe.Pointer(&buf[0]))%directAlign)) % directAlign
+	p := buf[skip : skip+len(src)]
+	copy(p, src)
+	return p
+}
+
+func isDirect(f *os.File) bool {
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	return err == nil && fl&unix.O_DIRECT != 0
+}
+
+// TestDirectWrites: aligned blocks bypass the page cache; an object's short
+// last block and a volume refusing O_DIRECT use it; every byte reads back.
+func TestDirectWrites(t *testing.T) {
+	var mu sync.Mutex
+	var direct, buffered int
+	refuse := false
+	write := func(f *os.File, p []byte, off int64) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if isDirect(f) {
+			if refuse {
+				return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.EINVAL}
+			}
+			direct += len(p)
+		} else {
+			buffered += len(p)
+		}
+		return f.WriteAt(p, off)
+	}
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{writeAt: write})
+	o := obj("o", 8*testBS+100)
+	require.Equal(t, 4, s.WriteBlocks(o, 0, alignedBlocks(o, 0, 4)))
+	assert.Equal(t, 4*testBS, direct)
+	assert.Zero(t, buffered)
+	require.Equal(t, 5, s.WriteBlocks(o, 4, alignedBlocks(o, 4, 5)), "up to the short last block")
+	assert.Equal(t, 8*testBS, direct)
+	assert.Equal(t, 100, buffered, "the short last block")
+
+	refuse = true
+	o2 := obj("o2", 4*testBS)
+	require.Equal(t, 4, s.WriteBlocks(o2, 0, alignedBlocks(o2, 0, 4)))
+	assert.Equal(t, 100+4*testBS, buffered, "refused: through the page cache")
+	assert.True(t, s.noDirect.Load())
+	for _, ob := range []*bucket.Object{o, o2} {
+		for i := int64(0); i < numBlocks(ob.Size, testBS); i++ {
+			assert.True(t, readOK(t, s, ob, i), "%s block %d", ob.Name, i)
+		}
 	}
 	s.checkInvariants(t)
 }
