@@ -246,16 +246,23 @@ func (c *memCache) blockLen(obj *bucket.Object, idx int64) int64 {
 
 func (c *memCache) BlockSize() int64 { return c.bs }
 
-func (c *memCache) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
-	c.reads.Add(1)
+func (c *memCache) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int {
+	c.reads.Add(int64(len(ok)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, ok := c.blocks[cacheKey(obj, idx)]
-	if !ok || len(b) != len(p) {
-		return false
+	clear(ok)
+	n := 0
+	for i := range ok {
+		b, present := c.blocks[cacheKey(obj, first+int64(i))]
+		off := int64(i) * c.bs
+		if !present || off+int64(len(b)) > int64(len(p)) || i < len(ok)-1 && int64(len(b)) != c.bs {
+			continue
+		}
+		copy(p[off:], b)
+		ok[i] = true
+		n++
 	}
-	copy(p, b)
-	return true
+	return n
 }
 
 func (c *memCache) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {

@@ -35,9 +35,11 @@ import (
 type BlockCache interface {
 	// BlockSize is the size of every block but an object's last.
 	BlockSize() int64
-	// ReadBlock fills p (exactly the block's length) with block idx of obj
-	// and reports whether it was present and intact.
-	ReadBlock(obj *bucket.Object, idx int64, p []byte) bool
+	// ReadBlocks fills p, consecutive whole blocks starting at block
+	// first (the last may be the object's short final block), in one disk
+	// read; ok[i] (len(ok) blocks) reports whether block first+i was
+	// present and intact. It returns how many were.
+	ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int
 	// WriteBlocks stores p, consecutive whole blocks starting at block
 	// first (the last may be the object's short final block), and returns
 	// how many it stored.
@@ -259,12 +261,20 @@ func (f *Fetcher) fetch(p *part) {
 		buf, err = f.download(p)
 		f.conns.release()
 	}
+	if err != nil {
+		f.fail(p, buf, err)
+		return
+	}
+	// Readers waiting for these bytes get them now, not after the disk
+	// write; the part stays in the table (and holds a reference for the
+	// write) until the cache has them, so nobody looks there too early.
+	f.publish(p, buf)
 	stored := false
-	if err == nil && f.cache != nil {
+	if f.cache != nil {
 		n := f.cache.WriteBlocks(p.obj, p.first, buf)
 		stored = int64(n) >= p.limit-p.first
 	}
-	f.finish(p, buf, err, stored)
+	f.settle(p, stored)
 }
 
 // download reads p's range into a pooled buffer. The buffer is allocated
@@ -295,30 +305,47 @@ func (f *Fetcher) download(p *part) ([]byte, error) {
 	return buf, nil
 }
 
-// finish publishes the outcome of p's fetch.
-func (f *Fetcher) finish(p *part, buf []byte, err error, stored bool) {
+// fail publishes p's failed fetch.
+func (f *Fetcher) fail(p *part, buf []byte, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err != nil {
-		p.err = err
-		f.pool.put(buf)
-		f.budget.Release(p.cost)
-		p.cost = 0
-		if p.spec {
-			f.stats.specFailed.Add(1)
-			f.log.Debug("readahead failed", "object", p.obj.Name, "start", p.start, "end", p.end, "err", err)
-		}
-		f.dropLocked(p)
-		close(p.done)
-		return
+	p.err = err
+	f.pool.put(buf)
+	f.budget.Release(p.cost)
+	p.cost = 0
+	if p.spec {
+		f.stats.specFailed.Add(1)
+		f.log.Debug("readahead failed", "object", p.obj.Name, "start", p.start, "end", p.end, "err", err)
 	}
-	p.buf = buf
+	f.dropLocked(p)
 	close(p.done)
-	alive := p.ctx.Err() == nil && !p.owner.closed.Load() && !f.closed
-	if p.keep && alive && (!stored || p.spec) {
-		p.stored = stored
+}
+
+// publish hands p's bytes to its readers. The fetch keeps a reference
+// until settle.
+func (f *Fetcher) publish(p *part, buf []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p.buf = buf
+	p.refs++
+	if p.keep {
+		// Count what readers take from now on: a part read to the end
+		// before settle leaves memory there.
 		p.consumed = make([]int64, p.limit-p.first)
 		p.left = len(p.consumed)
+	}
+	close(p.done)
+}
+
+// settle decides, once the cache has taken p's bytes (stored) or not,
+// whether p stays in memory, and drops the fetch's reference.
+func (f *Fetcher) settle(p *part, stored bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.unrefLocked(p)
+	alive := p.ctx.Err() == nil && !p.owner.closed.Load() && !f.closed && p.inTable
+	if p.keep && alive && (!stored || p.spec) && p.left > 0 {
+		p.stored = stored
 		p.elem = f.resident.PushBack(p)
 		// A demand read waiting for memory may reclaim this now.
 		f.budget.Notify()
@@ -368,10 +395,12 @@ func (f *Fetcher) unrefLocked(p *part) {
 // consumeLocked records that a reader copied n bytes of block i out of a
 // kept part; a part read to the end leaves memory. LOCKS_REQUIRED(f.mu)
 func (f *Fetcher) consumeLocked(p *part, i, n int64) {
-	if p.consumed == nil || p.elem == nil {
+	if p.consumed == nil || p.left == 0 {
 		return
 	}
-	f.resident.MoveToBack(p.elem)
+	if p.elem != nil {
+		f.resident.MoveToBack(p.elem)
+	}
 	j := i - p.first
 	bl := min((i+1)*f.bs, p.end) - i*f.bs
 	if p.consumed[j] >= bl {
@@ -380,7 +409,7 @@ func (f *Fetcher) consumeLocked(p *part, i, n int64) {
 	p.consumed[j] += n
 	if p.consumed[j] >= bl {
 		p.left--
-		if p.left == 0 {
+		if p.left == 0 && p.elem != nil {
 			f.dropLocked(p)
 		}
 	}

@@ -454,29 +454,47 @@ func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 	if wr, ok := f.cache.(willReader); ok && c.advise && c.left > 1 {
 		wr.WillRead(&c.h.obj, c.b0, int64(len(c.filled)))
 	}
+	// Runs of whole blocks wanted: one disk read each.
+	for j := 0; j < len(c.filled); {
+		if c.filled[j] || inflight[j] || !c.whole(j) {
+			j++
+			continue
+		}
+		k := j + 1
+		for k < len(c.filled) && !c.filled[k] && !inflight[k] && c.whole(k) {
+			k++
+		}
+		_, _, lo, _ := c.blockRange(c.b0 + int64(j))
+		_, _, _, hi := c.blockRange(c.b0 + int64(k-1))
+		ok := c.filled[j:k:k] // filled by ReadBlocks (all false here)
+		n := f.cache.ReadBlocks(&c.h.obj, c.b0+int64(j), c.dst[lo-c.cs:hi-c.cs], ok)
+		c.left -= n
+		if n > 0 {
+			for i, good := range ok {
+				if good {
+					_, _, blo, bhi := c.blockRange(c.b0 + int64(j+i))
+					f.stats.cacheHitBytes.Add(bhi - blo)
+				}
+			}
+		}
+		j = k
+	}
+	// Blocks we want only part of: the cache reads (and checks) whole
+	// blocks, so keep the block in memory for the reads of the rest of it,
+	// which usually follow.
 	for j, ok := range c.filled {
-		if ok || inflight[j] {
+		if ok || inflight[j] || c.whole(j) {
 			continue
 		}
 		i := c.b0 + int64(j)
 		bs, be, lo, hi := c.blockRange(i)
-		if lo == bs && hi == be {
-			if f.cache.ReadBlock(&c.h.obj, i, c.dst[lo-c.cs:hi-c.cs]) {
-				c.filled[j] = true
-				c.left--
-				f.stats.cacheHitBytes.Add(hi - lo)
-			}
-			continue
-		}
-		// We want part of the block, but the cache reads (and checks)
-		// whole blocks: keep the block in memory for the reads of the
-		// rest of it, which usually follow.
 		cost := f.pool.class(be - bs)
 		if err := f.budget.Acquire(ctx, cost); err != nil {
 			return err
 		}
 		buf := f.pool.get(be - bs)
-		if !f.cache.ReadBlock(&c.h.obj, i, buf) {
+		var got [1]bool
+		if f.cache.ReadBlocks(&c.h.obj, i, buf, got[:]) == 0 {
 			f.pool.put(buf)
 			f.budget.Release(cost)
 			continue
@@ -488,6 +506,12 @@ func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 		f.keepCacheBlock(c.h, i, buf, cost, hi-lo)
 	}
 	return nil
+}
+
+// whole reports whether the chunk wants all of its j-th block.
+func (c *chunk) whole(j int) bool {
+	bs, be, lo, hi := c.blockRange(c.b0 + int64(j))
+	return lo == bs && hi == be
 }
 
 // keepCacheBlock publishes block i, just read from the cache into buf
