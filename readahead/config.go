@@ -11,16 +11,24 @@ import (
 
 // Defaults for the tuning fields of Config. They are sized for a remote
 // store with tens of milliseconds of latency and ~50 MB/s per connection:
-// a full window keeps MaxWindow/PartSize = 16 ranged GETs of several MiB in
-// flight, enough to fill a 500 MB/s link from one sequential reader.
+// a window is cut into 16 parts (of at most PartSize), so even a young
+// stream keeps MaxConnections ranged GETs in flight, enough to fill a
+// 500 MB/s link from one sequential reader. 4 MiB parts, not 8: a reader
+// consumes in order and waits for the head part, which shares the link
+// with 15 others; smaller parts arrive sooner and in order.
 const (
 	// DefaultMemoryLimit is a suggestion for the flags package; New itself
 	// requires an explicit MemoryLimit.
-	DefaultMemoryLimit     = 512 << 20
-	DefaultMaxConnections  = 16
-	DefaultBlockSize       = 128 << 10
-	DefaultPartSize        = 8 << 20
-	DefaultInitialWindow   = 1 << 20
+	DefaultMemoryLimit    = 512 << 20
+	DefaultMaxConnections = 16
+	DefaultBlockSize      = 128 << 10
+	DefaultPartSize       = 4 << 20
+	DefaultInitialWindow  = 1 << 20
+	// DefaultStartWindow is the first window of a stream that begins at
+	// offset 0 (a file read whole, the common case in training): large
+	// enough that its parts fill the link at once rather than after
+	// several doublings; at most an eighth of the object.
+	DefaultStartWindow     = 32 << 20
 	DefaultMaxWindow       = 128 << 20
 	DefaultSmallObjectSize = 2 << 20
 	// mediumObjectSize: objects up to this size (and a part) are fetched
@@ -37,6 +45,9 @@ const (
 	// minParts is how many parts the memory budget must hold at least, so
 	// that a demand read and some readahead can always coexist.
 	minParts = 4
+	// partsPerWindow is how many parts a window is cut into (parts are
+	// at most PartSize, at least a block).
+	partsPerWindow = 16
 )
 
 // Config configures a Fetcher. Zero tuning fields take the defaults above.
@@ -61,6 +72,9 @@ type Config struct {
 	// PartSize is the size of one ranged GET of readahead (rounded up to a
 	// multiple of the block size).
 	PartSize int64
+	// StartWindow is the first window of a stream that begins at offset
+	// 0 (at most an eighth of the object, at least InitialWindow).
+	StartWindow int64
 	// InitialWindow and MaxWindow bound a sequential stream's readahead
 	// window; it doubles while the reader keeps consuming it.
 	InitialWindow, MaxWindow int64
@@ -142,6 +156,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxWindow > c.MemoryLimit/2 {
 		c.MaxWindow = c.MemoryLimit / 2
 	}
+	if c.StartWindow <= 0 {
+		c.StartWindow = DefaultStartWindow
+	}
+	c.StartWindow = min(c.StartWindow, c.MaxWindow)
 	if c.InitialWindow > c.MaxWindow {
 		c.InitialWindow = c.MaxWindow
 	}

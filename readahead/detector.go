@@ -16,6 +16,9 @@ type stream struct {
 	frontier int64
 	// inflight is the bytes of this stream's readahead not yet complete.
 	inflight int64
+	// fromStart: the stream began at offset 0, the start of a file read
+	// whole (most likely), so its first window is StartWindow.
+	fromStart bool
 
 	// ctx is cancelled when the stream is evicted or its handle closes;
 	// the stream's speculative fetches run under it.
@@ -87,6 +90,7 @@ func (d *detector) observe(off, n int64) (s *stream, advanced bool, evicted *str
 		// Like the kernel's readahead: a read at the start of a file is
 		// taken as the start of a sequential read.
 		s.seq = seqReads
+		s.fromStart = true
 	}
 	s.growAt = s.next + s.window
 	s.ctx, s.cancel = context.WithCancel(d.parent)

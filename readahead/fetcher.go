@@ -235,15 +235,16 @@ func (f *Fetcher) newPart(h *Handle, first, limit int64, spec, keep bool) *part 
 }
 
 // launch starts p's fetch. LOCKS_REQUIRED(f.mu), so that Close's Wait
-// never races with the Add.
+// never races with the Add (nor Handle.Close's with the handle's Add).
 func (f *Fetcher) launch(p *part) {
 	f.wg.Add(1)
-	if p.spec {
+	track := !p.owner.released
+	if track {
 		p.owner.wg.Add(1)
 	}
 	go func() {
 		defer f.wg.Done()
-		if p.spec {
+		if track {
 			defer p.owner.wg.Done()
 		}
 		f.fetch(p)

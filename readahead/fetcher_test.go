@@ -181,7 +181,7 @@ func TestSequentialNoCache(t *testing.T) {
 
 // TestWindowGrowsToManyParallelParts runs the detector with default tuning
 // against a store that holds every request: a sequential reader ends up
-// with MaxWindow/PartSize (>= 10) parts of PartSize in flight at once.
+// with MaxConnections parts of PartSize in flight at once.
 func TestWindowGrowsToManyParallelParts(t *testing.T) {
 	b := newFakeBucket()
 	release := make(chan struct{})
@@ -215,9 +215,9 @@ func TestWindowGrowsToManyParallelParts(t *testing.T) {
 	for i := 1; i < len(windows); i++ {
 		require.GreaterOrEqual(t, windows[i], windows[i-1], "the window only grows while nothing is dropped")
 	}
-	assert.Equal(t, 4*MiB, windows[0], "starts at InitialWindow, or four reads if larger")
+	assert.Equal(t, int64(DefaultStartWindow), windows[0], "a stream from offset 0 starts at StartWindow")
 	// Small parts complete; full-size parts are held in the store until
-	// they occupy every connection: that many 8 MiB GETs at once.
+	// they occupy every connection: that many PartSize GETs at once.
 	full := func() int {
 		n := 0
 		for _, r := range b.requests() {
@@ -235,6 +235,34 @@ func TestWindowGrowsToManyParallelParts(t *testing.T) {
 	h.mu.Unlock()
 	close(release)
 	h.Close()
+}
+
+// TestStartWindow: a stream from offset 0 starts at StartWindow (at most
+// an eighth of the object); one starting elsewhere at InitialWindow, or
+// four of its reads if larger.
+func TestStartWindow(t *testing.T) {
+	b := newFakeBucket()
+	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
+		<-ctx.Done() // nothing completes: only the windows matter
+		return ctx.Err()
+	}
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: DefaultMemoryLimit})
+	first := func(name string, size, off int64) int64 {
+		h := f.Open(b.put(name, size))
+		defer h.Close()
+		seq, err := h.observe(off, MiB)
+		require.NoError(t, err)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !seq {
+			return 0
+		}
+		return h.det.streams[0].window
+	}
+	assert.Equal(t, int64(DefaultStartWindow), first("big", 1<<30, 0))
+	assert.Equal(t, 8*MiB, first("mid", 64<<20, 0), "an eighth of a 64 MiB object")
+	assert.Equal(t, 4*MiB, first("tiny-eighth", 20<<20, 0), "four reads when that is more")
+	assert.Zero(t, first("middle", 1<<30, 100*MiB), "one read in the middle is not a stream yet")
 }
 
 func TestWindowShrinks(t *testing.T) {

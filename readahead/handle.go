@@ -30,9 +30,12 @@ type Handle struct {
 	whole  atomic.Bool
 	ctx    context.Context // parent of the streams' contexts
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // this handle's readahead goroutines
+	wg     sync.WaitGroup // this handle's fetches (Add under Fetcher.mu while !released)
 
 	closed atomic.Bool // set under mu
+	// released: Close is waiting for wg; fetches started from now on (by
+	// reads racing with Close) are not waited for.
+	released bool // GUARDED_BY(Fetcher.mu)
 
 	mu   sync.Mutex
 	det  detector // GUARDED_BY(mu)
@@ -78,8 +81,9 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// Close cancels the handle's readahead, waits for it and frees the memory
-// it holds. Reads after Close fail with ErrClosed.
+// Close cancels the handle's readahead, waits for its fetches (a demand
+// fetch's cache write may outlive the read) and frees the memory it
+// holds. Reads after Close fail with ErrClosed.
 func (h *Handle) Close() {
 	h.mu.Lock()
 	if h.closed.Load() {
@@ -89,6 +93,9 @@ func (h *Handle) Close() {
 	h.closed.Store(true)
 	h.det.streams = nil
 	h.mu.Unlock()
+	h.f.mu.Lock()
+	h.released = true
+	h.f.mu.Unlock()
 	h.cancel()
 	h.wg.Wait()
 	h.f.mu.Lock()
@@ -141,7 +148,11 @@ func (h *Handle) prefetch(s *stream, n int64) {
 	if s.frontier == 0 {
 		// A window smaller than a few of the reader's own reads would
 		// leave it waiting on every read.
-		s.window = min(max(s.window, 4*alignUp(n, f.bs)), cfg.MaxWindow)
+		s.window = max(s.window, 4*alignUp(n, f.bs))
+		if s.fromStart {
+			s.window = max(s.window, min(cfg.StartWindow, alignDown(size/8, f.bs)))
+		}
+		s.window = min(s.window, cfg.MaxWindow)
 		s.growAt = s.next + s.window/4
 	}
 	// The window grows once readahead has started and the reader has
@@ -170,10 +181,10 @@ func (h *Handle) prefetch(s *stream, n int64) {
 		reach = 2 * s.window
 	}
 	target := min(alignUp(s.next+reach, f.bs), size)
-	// A window is at least eight parts, so even a young stream has several
-	// requests in flight: one connection alone is far below link speed.
-	// Slivers are not issued: we wait until a whole part fits.
-	partSize := max(f.bs, alignDown(min(cfg.PartSize, s.window/8), f.bs))
+	// A window is cut into partsPerWindow parts, so even a young stream
+	// has many requests in flight: one connection alone is far below link
+	// speed. Slivers are not issued: we wait until a whole part fits.
+	partSize := max(f.bs, alignDown(min(cfg.PartSize, s.window/partsPerWindow), f.bs))
 	for s.frontier < target {
 		boundary := alignDown(s.frontier, partSize) + partSize
 		end := min(boundary, target)
