@@ -16,6 +16,9 @@ type stream struct {
 	frontier int64
 	// inflight is the bytes of this stream's readahead not yet complete.
 	inflight int64
+	// last is the detector's read count when a read last advanced the
+	// stream.
+	last int64
 	// fromStart: the stream began at offset 0, the start of a file read
 	// whole (most likely), so its first window is StartWindow.
 	fromStart bool
@@ -47,13 +50,16 @@ type detector struct {
 	initial      int64
 	// streams in LRU order, most recently used last.
 	streams []*stream
-	parent  context.Context
+	// reads counts observed reads.
+	reads  int64
+	parent context.Context
 }
 
 // observe classifies the read [off, off+n). It returns the stream it now
 // belongs to, whether the read advanced it, and a stream evicted to make
 // room (whose speculative work the caller cancels), if any.
 func (d *detector) observe(off, n int64) (s *stream, advanced bool, evicted *stream) {
+	d.reads++
 	best, bestAdv, bestDist := -1, false, int64(0)
 	for i, c := range d.streams {
 		if off < c.next-d.reorder {
@@ -81,11 +87,15 @@ func (d *detector) observe(off, n int64) (s *stream, advanced bool, evicted *str
 		d.streams = append(append(d.streams[:best:best], d.streams[best+1:]...), s)
 		if bestAdv {
 			s.next = off + n
+			if d.reads-s.last > d.staleReads() {
+				s.seq = 1
+			}
 			s.seq++
+			s.last = d.reads
 		}
 		return s, bestAdv, nil
 	}
-	s = &stream{next: off + n, seq: 1, window: d.initial}
+	s = &stream{next: off + n, seq: 1, window: d.initial, last: d.reads}
 	if off == 0 {
 		// Like the kernel's readahead: a read at the start of a file is
 		// taken as the start of a sequential read.
@@ -101,3 +111,12 @@ func (d *detector) observe(off, n int64) (s *stream, advanced bool, evicted *str
 	d.streams = append(d.streams, s)
 	return s, true, evicted
 }
+
+// staleReads is how many reads on the handle may pass between two reads
+// that advance a stream for the second to extend its run; a later one
+// starts the count again. The interleaved streams of up to max sequential
+// readers each advance every few reads; random reads over back-to-back
+// records (ArrayRecord, several readers on one handle) extend some stream
+// now and then, and over enough reads would otherwise add up to a false
+// sequential stream that reads ahead for nobody.
+func (d *detector) staleReads() int64 { return 2 * int64(max(d.max, 1)) }

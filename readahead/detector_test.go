@@ -2,6 +2,7 @@ package readahead
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -95,4 +96,31 @@ func TestDetectorInterleavedStreams(t *testing.T) {
 		assert.Equal(t, starts[i]+8*256*KiB, s.next)
 	}
 	assert.Len(t, d.streams, 3)
+}
+
+// TestDetectorRandomRecords: several readers share one handle and read
+// back-to-back 512 KiB records in shuffled order (half of them), so some
+// records follow others by chance: hardly any read may be taken as
+// sequential (each would start readahead nobody reads).
+func TestDetectorRandomRecords(t *testing.T) {
+	d := &detector{reorder: DefaultReorderTolerance, gap: DefaultGapTolerance, max: DefaultMaxStreams,
+		initial: MiB, parent: context.Background()}
+	const rec = 512 * KiB
+	n := int(256 * MiB / rec)
+	order := rand.New(rand.NewPCG(1, 2)).Perm(n)[:n/2]
+	seq := 0
+	for _, k := range order {
+		if s, _, _ := d.observe(int64(k)*rec+12345, rec); s.sequential() {
+			seq++
+		}
+	}
+	assert.LessOrEqual(t, seq, len(order)/100, "reads taken as sequential out of %d", len(order))
+
+	// A sequential reader among them still is one.
+	var s *stream
+	for i := range int64(8) {
+		s, _, _ = d.observe(300*MiB+i*MiB, MiB)
+		d.observe(int64(order[i])*rec, rec) // a random read in between
+	}
+	assert.True(t, s.sequential())
 }
