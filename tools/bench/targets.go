@@ -14,6 +14,10 @@ type Target struct {
 	Met   bool    `json:"met"`
 	// Shown is Value as printed.
 	Shown string `json:"shown"`
+	// Direct is what the store-direct reader reached on the same
+	// measure in this run (the machine's and emulator's ceiling for the
+	// pattern), if it ran.
+	Direct string `json:"store_direct,omitempty"`
 }
 
 // findRow returns the first error-free row of a workload (by name prefix,
@@ -25,6 +29,17 @@ func findRow(rows []Row, workload, phase string) (Row, bool) {
 		}
 	}
 	return Row{}, false
+}
+
+// directOf returns the store-direct row's ratio to the link limit for
+// workload, printed, or "".
+func directOf(rows []Row, workload string) string {
+	for _, r := range rows {
+		if r.Workload == workload && r.Phase == PhaseDirect && r.Error == "" && r.VsLimit > 0 {
+			return fmt.Sprintf("%.0f%%", 100*r.VsLimit)
+		}
+	}
+	return ""
 }
 
 // checkTargets compares the rows with the issues' targets; rows that did
@@ -46,6 +61,7 @@ func checkTargets(rows []Row, o Options, memoryLimit int64) []Target {
 	}
 	if r, ok := findRow(rows, seqN, PhaseCold); ok {
 		atLeast(fmt.Sprintf("cold sequential, %d streams, of the link cap", o.Streams), r.VsLimit, 0.90)
+		out[len(out)-1].Direct = directOf(rows, seqN)
 		if memoryLimit > 0 {
 			out = append(out, Target{What: fmt.Sprintf("peak RSS during the %d-stream cold read", o.Streams),
 				Value: float64(r.FerryPeakRSS), Want: fmt.Sprintf("<= %d MiB (--memory-limit + 96 MiB)", (memoryLimit+96*mib)/mib),
@@ -55,6 +71,7 @@ func checkTargets(rows []Row, o Options, memoryLimit int64) []Target {
 	if r, ok := findRow(rows, random, PhaseCold); ok {
 		atMost("cold random records: store bytes / application bytes", r.Amplification(), 1.3, "")
 		atLeast(fmt.Sprintf("cold random records, %d readers, of one round trip + transfer each", o.RandomReaders), r.VsLimit, 0.90)
+		out[len(out)-1].Direct = directOf(rows, random)
 	}
 	if r, ok := findRow(rows, small, PhaseCold); ok {
 		// One request per file, plus the listing: a few requests for the
@@ -64,6 +81,7 @@ func checkTargets(rows []Row, o Options, memoryLimit int64) []Target {
 			Value: float64(extra), Want: fmt.Sprintf("<= %d", allowed), Met: extra <= allowed,
 			Shown: fmt.Sprintf("%d (%d for %d files)", extra, r.StoreRequests, r.Ops)})
 		atLeast(fmt.Sprintf("cold small files, %d readers, of one round trip each", o.SmallReaders), r.VsLimit, 0.90)
+		out[len(out)-1].Direct = directOf(rows, small)
 	}
 	for _, c := range []struct {
 		workload string
@@ -90,13 +108,13 @@ func targetsMarkdown(ts []Target) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\nTargets from the filecache and readahead issues, on this run:\n\n| target | this run | wanted | met |\n|---|--:|---|---|\n")
+	b.WriteString("\nTargets from the filecache and readahead issues, on this run. store-direct: the same measure for the store's own client, with no file system, through the same emulated link in the same run.\n\n| target | this run | wanted | met | store-direct |\n|---|--:|---|---|--:|\n")
 	for _, t := range ts {
 		met := "no"
 		if t.Met {
 			met = "yes"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.What, t.Shown, t.Want, met)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", t.What, t.Shown, t.Want, met, t.Direct)
 	}
 	return b.String()
 }

@@ -26,6 +26,7 @@ func TestCheckTargets(t *testing.T) {
 		{Workload: "cosmoflow", Phase: PhaseWarm, Target: "ferry", AU: 0.8, PassAU: 0.7, Pass: &yes, Accelerators: 1},
 		{Workload: "unet3d", Phase: PhaseCold, Target: "ferry", AU: 0.1, PassAU: 0.9, Pass: &no, Accelerators: 1},
 		{Workload: "seq-1", Phase: PhaseCold, Target: "local", VsLimit: 0.1},
+		{Workload: "small-128k", Phase: PhaseDirect, Target: "store", VsLimit: 0.87},
 	}
 	got := map[string]Target{}
 	for _, tg := range checkTargets(rows, o, 512<<20) {
@@ -53,7 +54,11 @@ func TestCheckTargets(t *testing.T) {
 	assert.False(t, ok, "a failed row is not judged")
 	_, ok = got["warm seq-4 of local disk"]
 	assert.False(t, ok, "a row that did not run is not judged")
-	assert.Contains(t, targetsMarkdown(checkTargets(rows, o, 0)), "| cold sequential, 1 stream, of the link cap | 86% | >= 85% | yes |")
+	assert.Equal(t, "87%", got["cold small files, 8 readers, of one round trip each"].Direct, "the store-direct ceiling")
+	assert.Empty(t, got["cold sequential, 4 streams, of the link cap"].Direct, "no store-direct row")
+	md := targetsMarkdown(checkTargets(rows, o, 0))
+	assert.Contains(t, md, "| cold sequential, 1 stream, of the link cap | 86% | >= 85% | yes |  |")
+	assert.Contains(t, md, "| cold small files, 8 readers, of one round trip each | 50% | >= 90% | no | 87% |")
 }
 
 func TestMemoryLimitOf(t *testing.T) {

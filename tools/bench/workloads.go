@@ -139,6 +139,15 @@ func buildWorkloads(o Options, spec dataset.Spec, link netem.Link) []Workload {
 					return fromResult(r), err
 				},
 				Check: func(root string) error { return checkRecords(spec, root, files, recs, 8, o.Seed+1) },
+				Direct: func(bk bucket.Bucket) func(context.Context, string, workload.Progress) (Row, error) {
+					return func(ctx context.Context, _ string, p workload.Progress) (Row, error) {
+						jobs := make([]rangeJob, len(recs))
+						for i, r := range recs {
+							jobs[i] = rangeJob{files[r.File], bucket.ByteRange{Start: uint64(r.Offset), Limit: uint64(r.Offset + r.Size)}}
+						}
+						return readRanges(ctx, bk, jobs, o.RandomReaders, p)
+					}
+				},
 			})
 		case "small":
 			files, sizes := names("small")
@@ -150,6 +159,15 @@ func buildWorkloads(o Options, spec dataset.Spec, link netem.Link) []Workload {
 					return fromResult(r), err
 				},
 				Check: func(root string) error { return checkRanges(spec, root, files, sizes, 8, o.SmallSize, o.Seed+2) },
+				Direct: func(bk bucket.Bucket) func(context.Context, string, workload.Progress) (Row, error) {
+					return func(ctx context.Context, _ string, p workload.Progress) (Row, error) {
+						jobs := make([]rangeJob, len(files))
+						for i, f := range files {
+							jobs[i] = rangeJob{f, bucket.ByteRange{Start: 0, Limit: uint64(sizes[i])}}
+						}
+						return readRanges(ctx, bk, jobs, o.SmallReaders, p)
+					}
+				},
 			})
 		case "walk":
 			ws = append(ws, Workload{
@@ -196,16 +214,25 @@ const (
 // readDirect reads files whole from the store, parallel ranged GETs of
 // part bytes each, and discards the bytes.
 func readDirect(ctx context.Context, bk bucket.Bucket, files []string, sizes []int64, parallel int, part int64, p workload.Progress) (Row, error) {
-	type job struct {
-		name string
-		r    bucket.ByteRange
-	}
-	var jobs []job
+	var jobs []rangeJob
 	for i, f := range files {
 		for off := int64(0); off < sizes[i]; off += part {
-			jobs = append(jobs, job{f, bucket.ByteRange{Start: uint64(off), Limit: uint64(min(off+part, sizes[i]))}})
+			jobs = append(jobs, rangeJob{f, bucket.ByteRange{Start: uint64(off), Limit: uint64(min(off+part, sizes[i]))}})
 		}
 	}
+	return readRanges(ctx, bk, jobs, parallel, p)
+}
+
+// rangeJob is one ranged GET of the store-direct readers.
+type rangeJob struct {
+	name string
+	r    bucket.ByteRange
+}
+
+// readRanges makes one ranged GET per job, parallel at a time, in order,
+// and discards the bytes: what the emulated store and link deliver on
+// this machine to a client that is not a file system.
+func readRanges(ctx context.Context, bk bucket.Bucket, jobs []rangeJob, parallel int, p workload.Progress) (Row, error) {
 	start := time.Now()
 	var total atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
