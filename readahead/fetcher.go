@@ -131,6 +131,9 @@ type Fetcher struct {
 	collectors []prometheus.Collector
 	reg        prometheus.Registerer
 	wg         sync.WaitGroup // every fetch goroutine
+	// afterPublish, if set (tests), runs between publishing a part's
+	// bytes and writing them to the cache.
+	afterPublish func(*part)
 
 	mu    sync.Mutex
 	table map[blockKey]*part // GUARDED_BY(mu)
@@ -270,6 +273,9 @@ func (f *Fetcher) fetch(p *part) {
 	// write; the part stays in the table (and holds a reference for the
 	// write) until the cache has them, so nobody looks there too early.
 	f.publish(p, buf)
+	if f.afterPublish != nil {
+		f.afterPublish(p)
+	}
 	stored := false
 	if f.cache != nil {
 		n := f.cache.WriteBlocks(p.obj, p.first, buf)
@@ -344,7 +350,10 @@ func (f *Fetcher) settle(p *part, stored bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.unrefLocked(p)
-	alive := p.ctx.Err() == nil && !p.owner.closed.Load() && !f.closed && p.inTable
+	// A demand fetch's context ends with its read (jacobsa/fuse cancels an
+	// op's context once answered); the bytes are still good. Readahead
+	// cancelled by a seek away is not kept.
+	alive := !p.owner.closed.Load() && !f.closed && p.inTable && (!p.spec || p.ctx.Err() == nil)
 	if p.keep && alive && (!stored || p.spec) && p.left > 0 {
 		p.stored = stored
 		p.elem = f.resident.PushBack(p)

@@ -47,7 +47,10 @@ func newTestFetcher(t *testing.T, cfg Config) *Fetcher {
 func readCheck(t *testing.T, b *fakeBucket, h *Handle, off, n int64) {
 	t.Helper()
 	p := make([]byte, n)
-	got, err := h.ReadAt(context.Background(), p, off)
+	// Like jacobsa/fuse, cancel the read's context once it is answered.
+	ctx, cancel := context.WithCancel(context.Background())
+	got, err := h.ReadAt(ctx, p, off)
+	cancel()
 	size := int64(h.obj.Size)
 	wantN := max(0, min(n, size-off))
 	if wantN < n {

@@ -117,6 +117,25 @@ func TestSmallObjectOneRequest(t *testing.T) {
 	}
 }
 
+// TestSmallObjectKeptAfterItsRead: without a cache, an object fetched
+// whole stays in memory for the reads of the rest of it even though the
+// read that fetched it has been answered (its context cancelled) before
+// the fetch settled.
+func TestSmallObjectKeptAfterItsRead(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 2 * MiB})
+	answered := make(chan struct{})
+	f.afterPublish = func(*part) { <-answered }
+	obj := b.put("small", 1536*KiB+3)
+	h := f.Open(obj)
+	readCheck(t, b, h, 0, 128*KiB) // returns after publish; cancels its context
+	close(answered)
+	sequential(t, b, h, 128*KiB)
+	assert.Equal(t, []bucket.ByteRange{{Start: 0, Limit: obj.Size}}, b.ranges("small"), "one request")
+	h.Close()
+	assert.Zero(t, f.Stats().BudgetInUse)
+}
+
 // TestMediumObjectFromStart: an object of a few MiB read from offset 0 is
 // fetched whole in one request; read from the middle, only the blocks
 // asked for are fetched.
