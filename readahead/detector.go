@@ -6,8 +6,8 @@ import "context"
 type stream struct {
 	// next is the end of the furthest read seen: where the reader goes next.
 	next int64
-	// seq counts reads that advanced next (the creating read counts as 1,
-	// or seqReads at offset 0).
+	// seq counts steps, reads that advanced next from within the gap
+	// (the creating read counts as 1, or seqReads at offset 0).
 	seq int
 	// window is how far ahead of next readahead reaches; it doubles each
 	// time the reader passes growAt and halves when readahead is dropped.
@@ -16,8 +16,7 @@ type stream struct {
 	frontier int64
 	// inflight is the bytes of this stream's readahead not yet complete.
 	inflight int64
-	// last is the detector's read count when a read last advanced the
-	// stream.
+	// last is the detector's read count at the stream's last step.
 	last int64
 	// fromStart: the stream began at offset 0, the start of a file read
 	// whole (most likely), so its first window is StartWindow.
@@ -43,7 +42,8 @@ func (s *stream) sequential() bool { return s.seq >= seqReads }
 // A read belongs to a stream when it starts at most reorder bytes behind
 // the stream's cursor (kernel async reads arrive out of order) or at most
 // gap bytes (or up to the readahead frontier) ahead of it. Only reads that
-// move the cursor forward count towards being sequential.
+// move the cursor forward from within gap bytes of it are steps: they
+// count towards being sequential and drive readahead.
 type detector struct {
 	reorder, gap int64
 	max          int
@@ -56,9 +56,9 @@ type detector struct {
 }
 
 // observe classifies the read [off, off+n). It returns the stream it now
-// belongs to, whether the read advanced it, and a stream evicted to make
-// room (whose speculative work the caller cancels), if any.
-func (d *detector) observe(off, n int64) (s *stream, advanced bool, evicted *stream) {
+// belongs to, whether the read was a step of it, and a stream evicted to
+// make room (whose speculative work the caller cancels), if any.
+func (d *detector) observe(off, n int64) (s *stream, step bool, evicted *stream) {
 	d.reads++
 	best, bestAdv, bestDist := -1, false, int64(0)
 	for i, c := range d.streams {
@@ -85,15 +85,25 @@ func (d *detector) observe(off, n int64) (s *stream, advanced bool, evicted *str
 	if best >= 0 {
 		s = d.streams[best]
 		d.streams = append(append(d.streams[:best:best], d.streams[best+1:]...), s)
-		if bestAdv {
-			s.next = off + n
-			if d.reads-s.last > d.staleReads() {
-				s.seq = 1
-			}
-			s.seq++
-			s.last = d.reads
+		if !bestAdv {
+			return s, false, nil
 		}
-		return s, bestAdv, nil
+		jump := off > s.next+d.gap
+		s.next = off + n
+		if jump {
+			// Into the readahead frontier but past the gap: the cursor
+			// follows (a reader may skip ahead), but it is no step of a
+			// sequential run. Random records landing anywhere in a
+			// prefetched range would otherwise grow the window for
+			// nobody (one stream grew to 128 MiB that way).
+			return s, false, nil
+		}
+		if d.reads-s.last > d.staleReads() {
+			s.seq = 1
+		}
+		s.seq++
+		s.last = d.reads
+		return s, true, nil
 	}
 	s = &stream{next: off + n, seq: 1, window: d.initial, last: d.reads}
 	if off == 0 {

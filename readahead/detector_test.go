@@ -124,3 +124,29 @@ func TestDetectorRandomRecords(t *testing.T) {
 	}
 	assert.True(t, s.sequential())
 }
+
+// TestDetectorJumpIsNoStep: a read past the gap but within the readahead
+// frontier joins the stream and moves its cursor, but is no step: random
+// reads landing in a prefetched range must not drive readahead. A reader
+// that did skip ahead steps again from its new position.
+func TestDetectorJumpIsNoStep(t *testing.T) {
+	d := newDetector()
+	var s *stream
+	for off := int64(0); off < 4*MiB; off += MiB {
+		s, _, _ = d.observe(off, MiB)
+	}
+	require.True(t, s.sequential())
+	s.frontier = 40 * MiB
+	seq := s.seq
+
+	got, step, _ := d.observe(20*MiB, 512*KiB)
+	assert.Same(t, s, got)
+	assert.False(t, step, "a jump of 16 MiB is no step")
+	assert.Equal(t, seq, s.seq)
+	assert.Equal(t, 20*MiB+512*KiB, s.next)
+
+	got, step, _ = d.observe(20*MiB+512*KiB, 512*KiB)
+	assert.Same(t, s, got)
+	assert.True(t, step, "reading on from there is")
+	assert.Equal(t, seq+1, s.seq)
+}

@@ -88,6 +88,14 @@ func (f *Fetcher) register(reg prometheus.Registerer) error {
 			Name: "ferry_readahead_requests_total",
 			Help: "Ranged reads started.",
 		}, load(&f.stats.requests)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_readahead_speculative_requests_total",
+			Help: "Ranged reads started by readahead rather than by a read waiting for them.",
+		}, load(&f.stats.specRequests)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_readahead_read_bytes_total",
+			Help: "Bytes returned to readers; fetched bytes over these are the read amplification.",
+		}, load(&f.stats.bytesRead)),
 		f.windowHist,
 	}
 	for i, c := range f.collectors {

@@ -67,6 +67,51 @@ func TestRandomReadsFetchRatio(t *testing.T) {
 	}
 }
 
+// TestRandomRecordsFetchRatio is the benchmark's random pattern: 8 shards
+// of back-to-back 512 KiB records (boundaries off the block grid), a
+// quarter of them read in shuffled order by 4 readers sharing one handle
+// per shard. Records that follow one another by chance must not grow a
+// readahead stream that fetches for nobody.
+func TestRandomRecordsFetchRatio(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 512 * MiB})
+	const shards, shardSize, rec = 8, 256 * MiB, 512 * KiB
+	hs := make([]*Handle, shards)
+	type record struct {
+		h   int
+		off int64
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	var all []record
+	for i := range hs {
+		hs[i] = f.Open(b.put(fmt.Sprintf("shard%d", i), shardSize))
+		for off := r.Int64N(rec); off+rec <= shardSize; off += rec {
+			all = append(all, record{i, off})
+		}
+	}
+	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	recs := all[:len(all)/4]
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(recs)); i = next.Add(1) - 1 {
+				readCheck(t, b, hs[recs[i].h], recs[i].off, rec)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, h := range hs {
+		h.Close()
+	}
+	st := f.Stats()
+	ratio := float64(st.BytesFetched) / float64(st.BytesRead)
+	t.Logf("fetched/read = %.3f, %d speculative requests for %d records", ratio, st.SpeculativeRequests, len(recs))
+	assert.LessOrEqual(t, ratio, 1.2, "blocks of 64 KiB around 512 KiB records cost at most 1.125")
+}
+
 // A read of blocks partly cached fetches exactly the missing runs.
 func TestRandomReadFetchesOnlyMissingBlocks(t *testing.T) {
 	b := newFakeBucket()
