@@ -646,6 +646,15 @@ func (s *Store) countMissBlocks(blocks int, bytes int64) {
 // first on, are now stored: fewer when the cache cannot make room or the
 // disk fails. Never an error: the cache is best effort.
 func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
+	return s.WriteBlocksCRC(obj, first, p, nil)
+}
+
+// WriteBlocksCRC is WriteBlocks for a caller that computed each block's
+// CRC32C (Castagnoli) already, crcs[i] for block first+i, while the bytes
+// were hot in the CPU cache (a download computes them as blocks arrive;
+// over a whole part afterwards it costs a second pass through memory).
+// crcs may be nil or short: missing ones are computed here.
+func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs []uint32) int {
 	if obj == nil || s.blockLen(obj, first) < 0 {
 		return 0
 	}
@@ -741,9 +750,13 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 	for _, bl := range lens[:k] {
 		total += bl
 	}
-	crcs := make([]uint32, k)
+	sums := make([]uint32, k)
 	for i, off := 0, int64(0); i < k; i++ {
-		crcs[i] = crc32.Checksum(p[off:off+lens[i]], castagnoli)
+		if i < len(crcs) {
+			sums[i] = crcs[i]
+		} else {
+			sums[i] = crc32.Checksum(p[off:off+lens[i]], castagnoli)
+		}
 		off += lens[i]
 	}
 	stored, alloc := 0, int64(-1)
@@ -770,7 +783,7 @@ func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 	if e.live {
 		for i := 0; i < stored; i++ {
 			e.present.set(first + int64(i))
-			e.crcs[first+int64(i)] = crcs[i]
+			e.crcs[first+int64(i)] = sums[i]
 		}
 		if alloc < 0 {
 			alloc = e.bytes + need

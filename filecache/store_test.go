@@ -3,6 +3,7 @@ package filecache
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -223,6 +224,26 @@ func TestIntegrityFlippedByte(t *testing.T) {
 	require.NoError(t, os.Truncate(path, 3*testBS+5))
 	assert.False(t, readOK(t, s, o, 3))
 	assert.EqualValues(t, 2, s.Stats().CorruptBlocks)
+	s.checkInvariants(t)
+}
+
+// TestWriteBlocksCRC: CRCs given by the caller are recorded as they are,
+// so the caller's checksum of what it fetched is what reads check; a wrong
+// one can only make the block fail its check, never serve other bytes.
+func TestWriteBlocksCRC(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("x", 3*testBS+10)
+	p := blocksData(o, 0, 4, testBS)
+	crcs := make([]uint32, 4)
+	for i := range crcs {
+		crcs[i] = crc32.Checksum(p[i*testBS:min((i+1)*testBS, len(p))], castagnoli)
+	}
+	crcs[2] ^= 1 // a wrong one
+	require.Equal(t, 4, s.WriteBlocksCRC(o, 0, p, crcs[:3]), "the last computed here")
+	assert.True(t, readOK(t, s, o, 0))
+	assert.True(t, readOK(t, s, o, 1))
+	assert.False(t, readOK(t, s, o, 2), "fails its check")
+	assert.True(t, readOK(t, s, o, 3))
 	s.checkInvariants(t)
 }
 

@@ -3,6 +3,7 @@ package readahead
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"sort"
@@ -265,7 +266,7 @@ func (c *memCache) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bo
 	return n
 }
 
-func (c *memCache) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
+func (c *memCache) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs []uint32) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.refuse {
@@ -276,6 +277,9 @@ func (c *memCache) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
 		l := c.blockLen(obj, i)
 		if int64(len(p)) < l {
 			panic(fmt.Sprintf("WriteBlocks: block %d short: %d < %d", i, len(p), l))
+		}
+		if j := i - first; j < int64(len(crcs)) && crcs[j] != crc32.Checksum(p[:l], castagnoli) {
+			panic(fmt.Sprintf("WriteBlocks: block %d: CRC %08x given, %08x computed", i, crcs[j], crc32.Checksum(p[:l], castagnoli)))
 		}
 		k := cacheKey(obj, i)
 		c.blocks[k] = append([]byte(nil), p[:l]...)

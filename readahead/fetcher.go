@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"sync"
@@ -40,10 +41,11 @@ type BlockCache interface {
 	// read; ok[i] (len(ok) blocks) reports whether block first+i was
 	// present and intact. It returns how many were.
 	ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int
-	// WriteBlocks stores p, consecutive whole blocks starting at block
+	// WriteBlocksCRC stores p, consecutive whole blocks starting at block
 	// first (the last may be the object's short final block), and returns
-	// how many it stored.
-	WriteBlocks(obj *bucket.Object, first int64, p []byte) int
+	// how many it stored. crcs[i], if present, is the CRC32C (Castagnoli)
+	// of block first+i, computed by the caller.
+	WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs []uint32) int
 	// HasBlock reports whether block idx of obj is present.
 	HasBlock(obj *bucket.Object, idx int64) bool
 }
@@ -260,9 +262,10 @@ func (f *Fetcher) launch(p *part) {
 func (f *Fetcher) fetch(p *part) {
 	defer p.cancel()
 	var buf []byte
+	var crcs []uint32
 	err := f.conns.acquire(p.ctx, !p.spec, &p.urgent)
 	if err == nil {
-		buf, err = f.download(p)
+		buf, crcs, err = f.download(p)
 		f.conns.release()
 	}
 	if err != nil {
@@ -278,7 +281,7 @@ func (f *Fetcher) fetch(p *part) {
 	}
 	stored := false
 	if f.cache != nil {
-		n := f.cache.WriteBlocks(p.obj, p.first, buf)
+		n := f.cache.WriteBlocksCRC(p.obj, p.first, buf, crcs)
 		stored = int64(n) >= p.limit-p.first
 	}
 	f.settle(p, stored)
@@ -286,8 +289,11 @@ func (f *Fetcher) fetch(p *part) {
 
 // download reads p's range into a pooled buffer. The buffer is allocated
 // only once the store has answered (the bytes were accounted when p was
-// funded), so requests waiting for their first byte hold no memory.
-func (f *Fetcher) download(p *part) ([]byte, error) {
+// funded), so requests waiting for their first byte hold no memory. With
+// a cache, it returns each block's CRC32C, computed as the block arrives
+// (still in the CPU cache; over a whole part afterwards the checksum
+// costs another pass through memory).
+func (f *Fetcher) download(p *part) ([]byte, []uint32, error) {
 	f.stats.requests.Add(1)
 	if p.spec {
 		f.stats.specRequests.Add(1)
@@ -297,20 +303,35 @@ func (f *Fetcher) download(p *part) ([]byte, error) {
 	rng := bucket.ByteRange{Start: uint64(p.start), Limit: uint64(p.end)}
 	rc, err := f.bucket.NewRangeReader(p.ctx, &bucket.ReadRequest{Name: p.obj.Name, Version: p.obj.Version, Range: rng})
 	if err != nil {
-		return nil, fmt.Errorf("readahead: read %q %v: %w", p.obj.Name, rng, bucket.ContextError(p.ctx, err))
+		return nil, nil, fmt.Errorf("readahead: read %q %v: %w", p.obj.Name, rng, bucket.ContextError(p.ctx, err))
 	}
 	buf := f.pool.get(p.end - p.start)
-	n, err := io.ReadFull(rc, buf)
+	var crcs []uint32
+	if f.cache != nil {
+		crcs = make([]uint32, 0, p.limit-p.first)
+	}
+	n := 0
+	for n < len(buf) && err == nil {
+		var m int
+		m, err = io.ReadFull(rc, buf[n:min(n+int(f.bs), len(buf))])
+		if crcs != nil && err == nil {
+			crcs = append(crcs, crc32.Checksum(buf[n:n+m], castagnoli))
+		}
+		n += m
+	}
 	f.stats.bytesFetched.Add(int64(n))
 	_ = rc.Close() // every byte we asked for has arrived (or err says why not)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("%w: body ended after %d of %d bytes: %w", bucket.ErrUnavailable, n, len(buf), io.ErrUnexpectedEOF)
 		}
-		return buf, fmt.Errorf("readahead: read %q %v: %w", p.obj.Name, rng, bucket.ContextError(p.ctx, err))
+		return buf, nil, fmt.Errorf("readahead: read %q %v: %w", p.obj.Name, rng, bucket.ContextError(p.ctx, err))
 	}
-	return buf, nil
+	return buf, crcs, nil
 }
+
+// castagnoli is the CRC32C table of the cache's block checksums.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // fail publishes p's failed fetch.
 func (f *Fetcher) fail(p *part, buf []byte, err error) {
