@@ -989,6 +989,9 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		if err = os.MkdirAll(filepath.Dir(e.path), 0o700); err == nil {
 			f, err = os.OpenFile(e.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 			created = err == nil
+			if errors.Is(err, fs.ErrExist) { // not ours to reset
+				f, err = os.OpenFile(e.path, os.O_RDWR, 0)
+			}
 		}
 	}
 	if err != nil {
