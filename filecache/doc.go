@@ -19,17 +19,22 @@
 //
 // A block is written with pwrite, and only then marked present: at once in
 // memory, and durably by a batched index commit (every second, every
-// flushBlocks blocks, and at Close). The data volume is flushed with one
-// syncfs(2) at most every 30 seconds and at Close, not before every
-// commit: forcing writeback every second made a cold epoch wait on the
-// disk. So the index may durably claim a block whose bytes were still in
-// the page cache when the power went; that is what the per-block CRC is
-// for: such a block fails its check, is dropped, counted as corrupt, and
-// fetched again. We never fsync per block either: a datacenter SSD manages
-// a few thousand fsyncs a second, far below the block rate of one fast
-// network link, and a cache may lose work in a crash as long as it never
-// serves wrong bytes. kill -9 loses nothing written (the page cache
-// survives the process) and at most the last second of index updates.
+// flushBlocks blocks, and at Close). Whole aligned pages are written with
+// O_DIRECT through a second descriptor (the bytes are in the FUSE page
+// cache already; a second page-cache copy cost CPU, writeback and memory),
+// an object's short last block and volumes that refuse direct I/O through
+// the page cache. The data volume is flushed with one syncfs(2) at most
+// every 30 seconds and at Close, not before every commit: forcing
+// writeback every second made a cold epoch wait on the disk. So the index
+// may durably claim a block whose bytes were still in the page cache (or
+// the device's write cache) when the power went; that is what the
+// per-block CRC is for: such a block fails its check, is dropped, counted
+// as corrupt, and fetched again. We never fsync per block either: a
+// datacenter SSD manages a few thousand fsyncs a second, far below the
+// block rate of one fast network link, and a cache may lose work in a
+// crash as long as it never serves wrong bytes. kill -9 loses nothing
+// written (the bytes are with the kernel, on the device or in its page
+// cache) and at most the last second of index updates.
 //
 // One process owns a Dir at a time (the index is locked); Open fails if
 // Dir cannot be created or is locked, and the caller may then run without
