@@ -181,6 +181,32 @@ func TestSmallObjectKeptAfterItsRead(t *testing.T) {
 	assert.Zero(t, f.Stats().BudgetInUse)
 }
 
+// TestPartReadBeforeSettleLeavesMemory: a kept part that its readers
+// consume to the end while its fetch is still settling (writing to the
+// cache) leaves memory when it settles, not when the handle closes.
+func TestPartReadBeforeSettleLeavesMemory(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 2 * MiB})
+	answered := make(chan struct{})
+	settled := make(chan struct{})
+	f.afterPublish = func(*part) {
+		<-answered
+		go func() { // after settle, which runs once this returns
+			defer close(settled)
+			assert.Eventually(t, func() bool { return f.Stats().BudgetInUse == 0 }, 5*time.Second, time.Millisecond,
+				"memory held after the part was read and settled")
+		}()
+	}
+	obj := b.put("small", 1536*KiB+3)
+	h := f.Open(obj)
+	sequential(t, b, h, 128*KiB) // every byte, from memory, before settle
+	assert.Positive(t, f.Stats().BudgetInUse, "the fetch still holds the part")
+	close(answered)
+	<-settled
+	assert.Equal(t, []bucket.ByteRange{{Start: 0, Limit: obj.Size}}, b.ranges("small"))
+	h.Close()
+}
+
 // TestMediumObjectFromStart: an object of a few MiB read from offset 0 is
 // fetched whole in one request; read from the middle, only the blocks
 // asked for are fetched.
