@@ -55,8 +55,9 @@ const (
 	// up, bounding what a crash can lose.
 	flushBlocks = 4096
 
-	// defaultMaxOpen bounds cached file descriptors; datasets of millions
-	// of small objects must not exhaust the process's descriptors.
+	// defaultMaxOpen bounds cached open entries (two descriptors each once
+	// written: buffered and O_DIRECT); datasets of millions of small
+	// objects must not exhaust the process's descriptors.
 	defaultMaxOpen = 512
 )
 
@@ -161,6 +162,7 @@ type entry struct {
 	// first write (or when the volume refuses direct I/O).
 	direct     *os.File // GUARDED_BY(Store.mu)
 	pins       int      // GUARDED_BY(Store.mu); reads and writes in flight
+	writing    int      // GUARDED_BY(Store.mu); writes in flight
 	live       bool     // GUARDED_BY(Store.mu); false once evicted
 	metaDirty  bool     // GUARDED_BY(Store.mu)
 	atimeDirty bool     // GUARDED_BY(Store.mu)
@@ -571,7 +573,8 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	f, err := s.fileFor(e, false)
 	if err == nil {
 		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
-		n, rerr := f.ReadAt(p[from:to], (first)*s.blockSize+from)
+		n, rerr := f.ReadAt(p[from:to], first*s.blockSize+from)
+		stopped := false
 		for i := lo; i <= hi; i++ {
 			if !wanted[i] {
 				continue
@@ -580,10 +583,15 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 			switch {
 			case be <= int64(n) && crc32.Checksum(p[from+bs:from+be], castagnoli) == want[i]:
 				ok[i] = true
-			case be <= int64(n) || rerr != nil:
-				// Wrong bytes or bytes gone: a torn write, a power cut, a
-				// bad sector or a file truncated behind our back.
+			case be <= int64(n):
+				// Wrong bytes: a torn write, a power cut.
 				corrupt[i] = true
+			case !stopped && rerr != nil:
+				// The read stopped in this block: a bad sector or a file
+				// truncated behind our back. The blocks after it are
+				// misses this time, not known bad.
+				corrupt[i] = true
+				stopped = true
 			}
 		}
 	}
@@ -743,6 +751,7 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	need := needs[k]
 	s.reserved += need
 	e.pins++
+	e.writing++
 	s.mu.Unlock()
 	s.finishEvictions(victims)
 
@@ -780,15 +789,18 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	var excess []*entry
 	s.mu.Lock()
 	s.reserved -= need
+	e.writing--
 	if e.live {
 		for i := 0; i < stored; i++ {
 			e.present.set(first + int64(i))
 			e.crcs[first+int64(i)] = sums[i]
 		}
-		if alloc < 0 {
-			alloc = e.bytes + need
-		}
-		if grew := alloc - e.bytes; grew > 0 {
+		if alloc >= 0 && e.writing == 0 {
+			// No other write to e in flight: what the file occupies is
+			// e's size (the estimates charged by the writes before ours
+			// are replaced by it). With writes in flight, their blocks
+			// may show in alloc while still counted in s.reserved.
+			grew := alloc - e.bytes
 			s.used += grew
 			e.bytes = alloc
 			if grew > need {
@@ -796,6 +808,10 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 				// block): make room for the excess now.
 				excess, _ = s.makeRoomLocked(0, e, avail-grew)
 			}
+		} else {
+			// Charge our estimate; the last write in flight settles it.
+			s.used += need
+			e.bytes += need
 		}
 		if stored > 0 {
 			s.markDirtyLocked(e, true)
@@ -1088,8 +1104,12 @@ func (s *Store) directFor(e *entry, f *os.File) *os.File {
 	// Reopen the very file f is (even if its name is gone), not its path.
 	d, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_WRONLY|syscall.O_DIRECT, 0)
 	if err != nil {
-		s.noDirect.Store(true)
-		s.log.Info("cache writes go through the page cache: the cache volume refuses direct I/O", "err", err)
+		// Refused (EINVAL), or no /proc: from now on through the page
+		// cache. Anything else (out of descriptors) only for this write.
+		if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, fs.ErrNotExist) {
+			s.noDirect.Store(true)
+			s.log.Info("cache writes go through the page cache: the cache volume refuses direct I/O", "err", err)
+		}
 		return nil
 	}
 	s.mu.Lock()

@@ -227,6 +227,33 @@ func TestIntegrityFlippedByte(t *testing.T) {
 	s.checkInvariants(t)
 }
 
+// TestReadBlocksStoppedShort: when one read of a run stops early (a file
+// truncated behind our back, a bad sector), the blocks before are served,
+// the block it stopped in is dropped, and the blocks after it are misses,
+// not condemned with it.
+func TestReadBlocksStoppedShort(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("x", 8*testBS)
+	require.Equal(t, 8, s.WriteBlocks(o, 0, blocksData(o, 0, 8, testBS)))
+	s.mu.Lock()
+	path := s.entries[s.keyFor(o)].path
+	s.mu.Unlock()
+	require.NoError(t, os.Truncate(path, 3*testBS+100))
+
+	ok := make([]bool, 8)
+	assert.Equal(t, 3, s.ReadBlocks(o, 0, make([]byte, 8*testBS), ok))
+	assert.Equal(t, []bool{true, true, true, false, false, false, false, false}, ok)
+	assert.False(t, s.HasBlock(o, 3), "the block the read stopped in is dropped")
+	assert.True(t, s.HasBlock(o, 5), "later blocks are not condemned with it")
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+	for i := int64(4); i < 8; i++ {
+		assert.False(t, readOK(t, s, o, i), "read on its own, a block past the end fails its check")
+		assert.False(t, s.HasBlock(o, i))
+	}
+	assert.EqualValues(t, 5, s.Stats().CorruptBlocks)
+	s.checkInvariants(t)
+}
+
 // TestWriteBlocksCRC: CRCs given by the caller are recorded as they are,
 // so the caller's checksum of what it fetched is what reads check; a wrong
 // one can only make the block fail its check, never serve other bytes.
@@ -472,6 +499,41 @@ func alignedBlocks(o *bucket.Object, first, count int64) []byte {
 func isDirect(f *os.File) bool {
 	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
 	return err == nil && fl&unix.O_DIRECT != 0
+}
+
+// TestConcurrentWritesDoNotOverEvict: a write that commits while another
+// write to the same object is in flight must not count the other's blocks
+// (already on disk, still reserved) twice and evict entries the limit
+// does not require evicting. (Found in review: with 16 parts of one object
+// in flight, each commit evicted about the others' size.)
+func TestConcurrentWritesDoNotOverEvict(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	write := func(f *os.File, p []byte, off int64) (int, error) {
+		n, err := f.WriteAt(p, off)
+		if off == 17*testBS {
+			close(held)
+			<-release // written, not yet committed
+		}
+		return n, err
+	}
+	s := openT(t, Config{Dir: t.TempDir(), MaxSize: 1 << 20}, hooks{writeAt: write, statfs: func(string) (int64, int64, error) {
+		return 1 << 40, 1 << 40, nil
+	}})
+	a, e := obj("a", 220*testBS), obj("e", 64*testBS)
+	require.Equal(t, 220, s.WriteBlocks(a, 0, blocksData(a, 0, 220, testBS)))
+	require.Equal(t, 1, s.WriteBlocks(e, 0, blocksData(e, 0, 1, testBS)))
+
+	second := make(chan int)
+	go func() { second <- s.WriteBlocks(e, 17, blocksData(e, 17, 16, testBS)) }()
+	<-held
+	assert.Equal(t, 16, s.WriteBlocks(e, 1, blocksData(e, 1, 16, testBS)))
+	close(release)
+	assert.Equal(t, 16, <-second)
+
+	assert.Zero(t, s.Stats().Evictions, "used+reserved never passed the limit")
+	assert.True(t, s.HasBlock(a, 0), "a is still cached")
+	assert.LessOrEqual(t, s.Stats().UsedBytes, int64(1<<20))
+	s.checkInvariants(t)
 }
 
 // TestDirectWrites: aligned blocks bypass the page cache; an object's short
