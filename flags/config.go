@@ -79,8 +79,9 @@ type Config struct {
 
 // Limits used by validation.
 const (
-	// MinMemoryLimit is what readahead requires: four parts of its
-	// default 8 MiB part size.
+	// MinMemoryLimit: readahead itself needs four parts of its 4 MiB
+	// default part size; below 32 MiB a stream's window (at most half
+	// the budget) would be too small to keep a link busy.
 	MinMemoryLimit = 32 << 20
 	MinBlockSize   = 4 << 10
 	MaxBlockSize   = 16 << 20
