@@ -574,7 +574,6 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	if err == nil {
 		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
 		n, rerr := f.ReadAt(p[from:to], first*s.blockSize+from)
-		stopped := false
 		for i := lo; i <= hi; i++ {
 			if !wanted[i] {
 				continue
@@ -583,15 +582,15 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 			switch {
 			case be <= int64(n) && crc32.Checksum(p[from+bs:from+be], castagnoli) == want[i]:
 				ok[i] = true
-			case be <= int64(n):
-				// Wrong bytes: a torn write, a power cut.
+			case be <= int64(n) || rerr != nil:
+				// Wrong bytes or bytes gone: a torn write, a power cut, a
+				// bad sector or a file truncated behind our back. Every
+				// block from where the read stopped is dropped, not just
+				// the first: a block left marked present is never
+				// rewritten (WriteBlocks skips present blocks), so the
+				// cache would not heal; a healthy block after a bad
+				// sector costs one refetch instead.
 				corrupt[i] = true
-			case !stopped && rerr != nil:
-				// The read stopped in this block: a bad sector or a file
-				// truncated behind our back. The blocks after it are
-				// misses this time, not known bad.
-				corrupt[i] = true
-				stopped = true
 			}
 		}
 	}
