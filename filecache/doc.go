@@ -43,7 +43,7 @@
 //
 // # What it must never do
 //
-// Serve bytes that differ from what WriteBlocks was given for that object
+// Serve bytes that differ from what WriteBlocksCRC was given for that object
 // version; write outside Dir; fail a read or a mount because the disk is
 // full, read-only, deleted or its index corrupt (it degrades to a miss and
 // logs once per kind of failure); hold its lock across disk I/O.

@@ -46,6 +46,17 @@ func blocksData(o *bucket.Object, first, count, bs int64) []byte {
 	return p
 }
 
+// ReadBlock is ReadBlocks for one block.
+func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
+	var ok [1]bool
+	return s.ReadBlocks(obj, idx, p, ok[:]) == 1
+}
+
+// WriteBlocks is WriteBlocksCRC with every CRC computed by the store.
+func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
+	return s.WriteBlocksCRC(obj, first, p, nil)
+}
+
 // readOK reads block idx and, if the store says it has it, checks the
 // bytes. Returns whether it was a hit.
 func readOK(t *testing.T, s *Store, o *bucket.Object, idx int64) bool {

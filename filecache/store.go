@@ -89,9 +89,9 @@ type Config struct {
 
 // Stats are the store's counters since Open, and its current size.
 type Stats struct {
-	HitBlocks, HitBytes     int64 // ReadBlock returned true
-	MissBlocks, MissBytes   int64 // ReadBlock returned false (absent, evicted or corrupt)
-	WriteBlocks, WriteBytes int64 // blocks WriteBlocks stored
+	HitBlocks, HitBytes     int64 // blocks ReadBlocks filled
+	MissBlocks, MissBytes   int64 // blocks ReadBlocks did not fill (absent, evicted or corrupt)
+	WriteBlocks, WriteBytes int64 // blocks stored
 	Evictions               int64 // entries evicted (LRU, limit or floor)
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
@@ -118,7 +118,7 @@ type hooks struct {
 	maxOpen int
 	// syncData flushes written data before an index commit (syncfs).
 	syncData func(dir *os.File) error
-	// beforeRead runs after ReadBlock pinned its entry, before the pread.
+	// beforeRead runs after ReadBlocks pinned its entry, before the pread.
 	beforeRead func()
 }
 
@@ -509,20 +509,13 @@ func (s *Store) HasBlock(obj *bucket.Object, idx int64) bool {
 	return e != nil && e.present.get(idx)
 }
 
-// ReadBlock fills p with block idx of obj. len(p) must be the block's
-// length (the last block may be short). It returns false if the block is
-// absent, was evicted, or fails its CRC (then it is dropped and counted);
-// p's contents are undefined after false. It never returns true with
-// bytes other than those WriteBlocks stored for this object version.
-func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
-	var ok [1]bool
-	return s.ReadBlocks(obj, idx, p, ok[:]) == 1
-}
-
-// ReadBlocks is ReadBlock for the consecutive blocks first, first+1, ...
-// that p holds (whole blocks; the object's last may be short), in one
-// disk read: ok[i] reports block first+i (len(ok) is the block count).
-// It returns how many blocks it filled.
+// ReadBlocks fills p with the consecutive blocks first, first+1, ... of
+// obj that it holds (whole blocks; the object's last may be short), in
+// one disk read; ok[i] reports block first+i (len(ok) is the block count)
+// and the count of blocks filled is returned. A block is not filled if it
+// is absent, was evicted, or fails its CRC (then it is dropped and
+// counted); its bytes in p are then undefined. It never fills a block with
+// bytes other than those stored for this object version.
 func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int {
 	clear(ok)
 	if obj == nil || len(ok) == 0 {
@@ -587,7 +580,7 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 				// bad sector or a file truncated behind our back. Every
 				// block from where the read stopped is dropped, not just
 				// the first: a block left marked present is never
-				// rewritten (WriteBlocks skips present blocks), so the
+				// rewritten (writes skip present blocks), so the
 				// cache would not heal; a healthy block after a bad
 				// sector costs one refetch instead.
 				corrupt[i] = true
@@ -647,20 +640,16 @@ func (s *Store) countMissBlocks(blocks int, bytes int64) {
 	s.missBytes.Add(bytes)
 }
 
-// WriteBlocks stores consecutive blocks of obj starting at block first. p
-// holds whole blocks (the last may be the object's short final block); a
-// trailing partial block is ignored. It returns how many blocks, from
-// first on, are now stored: fewer when the cache cannot make room or the
-// disk fails. Never an error: the cache is best effort.
-func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
-	return s.WriteBlocksCRC(obj, first, p, nil)
-}
-
-// WriteBlocksCRC is WriteBlocks for a caller that computed each block's
-// CRC32C (Castagnoli) already, crcs[i] for block first+i, while the bytes
+// WriteBlocksCRC stores consecutive blocks of obj starting at block
+// first. p holds whole blocks (the last may be the object's short final
+// block); a trailing partial block is ignored. crcs[i] is the CRC32C
+// (Castagnoli) of block first+i if the caller computed it while the bytes
 // were hot in the CPU cache (a download computes them as blocks arrive;
-// over a whole part afterwards it costs a second pass through memory).
-// crcs may be nil or short: missing ones are computed here.
+// over a whole part afterwards it costs a second pass through memory);
+// crcs may be nil or short, and missing ones are computed here. It returns
+// how many blocks, from first on, are now stored: fewer when the cache
+// cannot make room or the disk fails. Never an error: the cache is best
+// effort.
 func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs []uint32) int {
 	if obj == nil || s.blockLen(obj, first) < 0 {
 		return 0

@@ -31,7 +31,7 @@ import (
 
 // BlockCache is the local disk cache of fixed-size blocks of object
 // versions (filecache.Store). Implementations are safe for concurrent use
-// and best effort: a block may disappear at any time, but ReadBlock never
+// and best effort: a block may disappear at any time, but ReadBlocks never
 // fills p with wrong bytes.
 type BlockCache interface {
 	// BlockSize is the size of every block but an object's last.
