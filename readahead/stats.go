@@ -57,7 +57,10 @@ func (f *Fetcher) register(reg prometheus.Registerer) error {
 	if reg == nil {
 		return nil
 	}
-	load := func(v *atomic.Int64) func() float64 { return func() float64 { return float64(v.Load()) } }
+	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
 	f.windowHist = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "ferry_readahead_window_bytes",
 		Help:    "Readahead window size of sequential streams, observed each time it grows.",
@@ -76,26 +79,16 @@ func (f *Fetcher) register(reg prometheus.Registerer) error {
 			Name: "ferry_readahead_budget_limit_bytes",
 			Help: "The readahead memory budget (--memory-limit).",
 		}, func() float64 { return float64(f.budget.limit) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "ferry_readahead_dropped_total",
-			Help: "Readahead parts not issued because the memory budget was full.",
-		}, load(&f.stats.specDropped)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "ferry_readahead_fetched_bytes_total",
-			Help: "Bytes received from the bucket.",
-		}, load(&f.stats.bytesFetched)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "ferry_readahead_requests_total",
-			Help: "Ranged reads started.",
-		}, load(&f.stats.requests)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "ferry_readahead_speculative_requests_total",
-			Help: "Ranged reads started by readahead rather than by a read waiting for them.",
-		}, load(&f.stats.specRequests)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "ferry_readahead_read_bytes_total",
-			Help: "Bytes returned to readers; fetched bytes over these are the read amplification.",
-		}, load(&f.stats.bytesRead)),
+		counter("ferry_readahead_dropped_total",
+			"Readahead parts not issued because the memory budget was full.", &f.stats.specDropped),
+		counter("ferry_readahead_fetched_bytes_total",
+			"Bytes received from the bucket.", &f.stats.bytesFetched),
+		counter("ferry_readahead_requests_total",
+			"Ranged reads started.", &f.stats.requests),
+		counter("ferry_readahead_speculative_requests_total",
+			"Ranged reads started by readahead rather than by a read waiting for them.", &f.stats.specRequests),
+		counter("ferry_readahead_read_bytes_total",
+			"Bytes returned to readers; fetched bytes over these are the read amplification.", &f.stats.bytesRead),
 		f.windowHist,
 	}
 	for i, c := range f.collectors {
