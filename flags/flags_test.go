@@ -81,7 +81,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, &Config{
 		Source:         "gs://bucket/prefix",
 		MountPoint:     "/mnt/x",
-		MaxConnections: 16,
+		MaxConnections: 32,
 		StoreTimeout:   20 * time.Second,
 		RetryMaxTime:   30 * time.Second,
 		MetadataTTL:    60 * time.Second,

@@ -84,7 +84,7 @@ var Options = []Option{
 	{Name: "billing-project", Placeholder: "PROJECT", Fstab: "billing_project", Kind: String, Category: catStore,
 		Usage: "GCS project billed for requester-pays buckets",
 		set:   func(c *Config, s string) error { c.BillingProject = s; return nil }},
-	{Name: "max-connections", Fstab: "max_connections", Kind: Int, Default: "16", Category: catPerf,
+	{Name: "max-connections", Fstab: "max_connections", Kind: Int, Default: "32", Category: catPerf,
 		Usage: "most concurrent requests to the store",
 		set: func(c *Config, s string) error {
 			n, err := parseInt(s, 1, MaxConnections)
