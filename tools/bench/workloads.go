@@ -121,11 +121,12 @@ func buildWorkloads(o Options, spec dataset.Spec, link netem.Link) []Workload {
 				},
 				Check: func(root string) error { return checkRanges(spec, root, files, sizes, 4, 1<<20, o.Seed) },
 			})
-			if name == "seq-n" {
-				ws[len(ws)-1].Direct = func(bk bucket.Bucket) func(context.Context, string, workload.Progress) (Row, error) {
-					return func(ctx context.Context, _ string, p workload.Progress) (Row, error) {
-						return readDirect(ctx, bk, files, sizes, directParallel, directPart, p)
+			ws[len(ws)-1].Direct = func(bk bucket.Bucket) func(context.Context, string, workload.Progress) (Row, error) {
+				return func(ctx context.Context, _ string, p workload.Progress) (Row, error) {
+					if streams == 1 {
+						return readDirectInTurn(ctx, bk, files, sizes, directParallel, directPart, p)
 					}
+					return readDirect(ctx, bk, files, sizes, directParallel, directPart, p)
 				}
 			}
 		case "random":
@@ -221,6 +222,23 @@ func readDirect(ctx context.Context, bk bucket.Bucket, files []string, sizes []i
 		}
 	}
 	return readRanges(ctx, bk, jobs, parallel, p)
+}
+
+// readDirectInTurn is readDirect for one reader: each file is read whole
+// before the next is started, as one sequential stream reads them, so
+// every file pays for its first round trip and its tail.
+func readDirectInTurn(ctx context.Context, bk bucket.Bucket, files []string, sizes []int64, parallel int, part int64, p workload.Progress) (Row, error) {
+	var sum Row
+	for i := range files {
+		r, err := readDirect(ctx, bk, files[i:i+1], sizes[i:i+1], parallel, part, p)
+		sum.Bytes += r.Bytes
+		sum.Ops += r.Ops
+		sum.Seconds += r.Seconds
+		if err != nil {
+			return sum, err
+		}
+	}
+	return sum, nil
 }
 
 // rangeJob is one ranged GET of the store-direct readers.
