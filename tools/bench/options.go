@@ -29,6 +29,9 @@ type Options struct {
 	Seed      uint64   `json:"seed"`
 	Progress  bool     `json:"progress"`
 	Verify    bool     `json:"verify"`
+	// Pairs: warm reads of the workloads with a warm target, alternately
+	// on local disk and through ferry, this many times each.
+	Pairs int `json:"pairs"`
 
 	// The emulated link.
 	RTT     time.Duration `json:"rtt"`
@@ -98,6 +101,7 @@ func defaultOptions(command string) Options {
 		Seed:      1,
 		Progress:  true,
 		Verify:    true,
+		Pairs:     5,
 		RTT:       30 * time.Millisecond, ConnMBs: 50, LinkMBs: 500,
 		LargeFiles: 8, LargeSize: 256 << 20, Seq1Files: 4, Streams: 4,
 		Shards: 8, ShardSize: 256 << 20, RecordSize: 512 << 10, Records: 1024, RandomReaders: 4,
@@ -110,6 +114,7 @@ func defaultOptions(command string) Options {
 		o.Workloads = []string{"seq-n", "small"}
 		o.LargeFiles, o.LargeSize, o.Streams = 4, 48<<20, 4
 		o.SmallFiles = 256
+		o.Pairs = 0
 	}
 	return o
 }
@@ -141,6 +146,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	workloads := fs.String("workloads", strings.Join(o.Workloads, ","), "comma-separated workloads: "+strings.Join(allWorkloads, ","))
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "dataset and random-offset seed")
 	noProgress := fs.Bool("no-progress", false, "no progress bar on stderr")
+	fs.IntVar(&o.Pairs, "pairs", o.Pairs, "after the warm phase, read each workload that has a warm target this many times more, alternately on local disk and through ferry; the warm targets use the median ratio of these neighbours in time (the local disk's rate drifts during a run)")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "after the timed phases, compare a sample of the bytes read with the generator")
 
 	fs.DurationVar(&o.RTT, "rtt", o.RTT, "emulated round trip per request")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,6 +164,57 @@ type Report struct {
 	Notes     []string      `json:"notes,omitempty"`
 	Emulator  *EmulatorCost `json:"emulator_cost,omitempty"`
 	Targets   []Target      `json:"targets,omitempty"`
+	Paired    []Paired      `json:"paired,omitempty"`
+}
+
+// Paired is a workload read warm, alternately on local disk and through
+// ferry's full cache (page cache dropped before each read, the order
+// swapped every pair). Each ratio compares neighbours in time, so the
+// drift of the local disk's rate over a run does not enter it.
+type Paired struct {
+	Workload string    `json:"workload"`
+	Local    []float64 `json:"local_bytes_per_s"`
+	Ferry    []float64 `json:"ferry_bytes_per_s"`
+	Ratios   []float64 `json:"ratios"`
+	Median   float64   `json:"median"`
+	// StoreRequests made during ferry's reads: 0 when the cache served
+	// them all.
+	StoreRequests int64  `json:"store_requests"`
+	Error         string `json:"error,omitempty"`
+}
+
+// pairedMarkdown renders the paired reads.
+func pairedMarkdown(ps []Paired) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nWarm reads in pairs: each workload read again, alternately on local disk and through ferry (page cache dropped before each read; which goes first is swapped every pair). The warm targets use the median ratio.\n\n| workload | ferry / local MiB/s, pair by pair | ratios | median | store requests |\n|---|---|---|--:|--:|\n")
+	for _, p := range ps {
+		var rates, ratios []string
+		for i := range p.Ratios {
+			rates = append(rates, fmt.Sprintf("%.0f / %.0f", p.Ferry[i]/mib, p.Local[i]/mib))
+			ratios = append(ratios, fmt.Sprintf("%.0f%%", 100*p.Ratios[i]))
+		}
+		med := fmt.Sprintf("%.0f%%", 100*p.Median)
+		if p.Error != "" {
+			med = "failed: " + oneLine(p.Error)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", p.Workload, strings.Join(rates, ", "), strings.Join(ratios, ", "), med, p.StoreRequests)
+	}
+	return b.String()
+}
+
+// median of xs (not modified); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // LinkJSON is netem.Link with units in the names.
@@ -258,6 +310,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	}
 	b.WriteString(markdownTable(rep.Rows))
 	b.WriteString(targetsMarkdown(rep.Targets))
+	b.WriteString(pairedMarkdown(rep.Paired))
 	if c := rep.Emulator; c != nil {
 		fmt.Fprintf(&b, "\nCPU over the ferry rows that touched the store: ferry %.1f s, store emulator %.1f s, bench process (proxy + readers) %.1f s; the emulator took %.0f%% of it.\n",
 			c.FerryCPU, c.StoreCPU, c.BenchCPU, 100*c.StoreShare)

@@ -223,6 +223,11 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 					b.measure(ctx, w, phase, "ferry", m.Dir, m)
 				}
 			}
+			for _, w := range group {
+				if _, ok := warmTarget(w.Name, b.opts); ok && b.opts.Pairs > 0 && ctx.Err() == nil {
+					b.pair(ctx, w, m)
+				}
+			}
 			return nil
 		}()
 		if err != nil {
@@ -253,6 +258,47 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 	return nil
 }
 
+// pair reads w warm b.opts.Pairs times on local disk and through ferry,
+// alternately, with the page cache dropped before each read and the order
+// swapped every pair, and records the ratios (see Paired).
+func (b *bench) pair(ctx context.Context, w Workload, m *Mount) {
+	p := Paired{Workload: w.Name}
+	b.logf("%s: %d warm reads in pairs, local disk and ferry alternately", w.Name, b.opts.Pairs)
+	read := func(root string) float64 {
+		b.dropCaches()
+		r, err := w.Run(ctx, root, nil)
+		if err != nil && p.Error == "" {
+			p.Error = err.Error()
+		}
+		return r.Rate()
+	}
+	for i := 0; i < b.opts.Pairs && ctx.Err() == nil && p.Error == ""; i++ {
+		var local, ferry float64
+		c0 := b.remote.Proxy.Counters()
+		if i%2 == 0 {
+			local = read(b.opts.DataDir)
+			ferry = read(m.Dir)
+		} else {
+			ferry = read(m.Dir)
+			local = read(b.opts.DataDir)
+		}
+		p.StoreRequests += b.remote.Proxy.Counters().Requests - c0.Requests
+		p.Local, p.Ferry = append(p.Local, local), append(p.Ferry, ferry)
+		p.Ratios = append(p.Ratios, ratio(ferry, local))
+	}
+	p.Median = median(p.Ratios)
+	b.logf("%s: warm / local in pairs %v, median %.0f%%", w.Name, percents(p.Ratios), 100*p.Median)
+	b.report.Paired = append(b.report.Paired, p)
+}
+
+func percents(xs []float64) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprintf("%.0f%%", 100*x)
+	}
+	return out
+}
+
 // dirUsage is the disk space used under dir (allocated blocks, so sparse
 // cache files count for what they hold).
 func dirUsage(dir string) (int64, error) {
@@ -280,7 +326,7 @@ func (rep *Report) derive(ferry bool) {
 	rep.Emulator = costOf(rep.Rows)
 	rep.Targets = nil
 	if ferry {
-		rep.Targets = checkTargets(rep.Rows, rep.Options, memoryLimitOf(rep.Options.FerryArgs))
+		rep.Targets = checkTargets(rep.Rows, rep.Paired, rep.Options, memoryLimitOf(rep.Options.FerryArgs))
 	}
 }
 

@@ -27,9 +27,10 @@ func TestCheckTargets(t *testing.T) {
 		{Workload: "unet3d", Phase: PhaseCold, Target: "ferry", AU: 0.1, PassAU: 0.9, Pass: &no, Accelerators: 1},
 		{Workload: "seq-1", Phase: PhaseCold, Target: "local", VsLimit: 0.1},
 		{Workload: "small-128k", Phase: PhaseDirect, Target: "store", VsLimit: 0.87},
+		{Workload: "seq-1", Phase: PhaseDirect, Target: "store", VsLimit: 0.92},
 	}
 	got := map[string]Target{}
-	for _, tg := range checkTargets(rows, o, 512<<20) {
+	for _, tg := range checkTargets(rows, nil, o, 512<<20) {
 		got[tg.What] = tg
 	}
 	check := func(what string, met bool, shown string) {
@@ -56,9 +57,54 @@ func TestCheckTargets(t *testing.T) {
 	assert.False(t, ok, "a row that did not run is not judged")
 	assert.Equal(t, "87%", got["cold small files, 8 readers, of one round trip each"].Direct, "the store-direct ceiling")
 	assert.Empty(t, got["cold sequential, 4 streams, of the link cap"].Direct, "no store-direct row")
-	md := targetsMarkdown(checkTargets(rows, o, 0))
-	assert.Contains(t, md, "| cold sequential, 1 stream, of the link cap | 86% | >= 85% | yes |  |")
+	assert.Equal(t, "92%", got["cold sequential, 1 stream, of the link cap"].Direct)
+	md := targetsMarkdown(checkTargets(rows, nil, o, 0))
+	assert.Contains(t, md, "| cold sequential, 1 stream, of the link cap | 86% | >= 85% | yes | 92% |")
 	assert.Contains(t, md, "| cold small files, 8 readers, of one round trip each | 50% | >= 90% | no | 87% |")
+}
+
+func TestWarmTargetsUsePairs(t *testing.T) {
+	o := defaultOptions("run")
+	rows := []Row{
+		{Workload: "seq-1", Phase: PhaseWarm, Target: "ferry", VsLocal: 0.57},
+		{Workload: "seq-4", Phase: PhaseWarm, Target: "ferry", VsLocal: 0.95},
+		{Workload: "small-128k", Phase: PhaseWarm, Target: "ferry", VsLocal: 0.45},
+	}
+	paired := []Paired{
+		{Workload: "seq-1", Ratios: []float64{0.8, 0.9, 1.1}, Median: 0.9},
+		{Workload: "seq-4", Ratios: []float64{0.7, 0.8}, Median: 0.75},
+		{Workload: "small-128k", Error: "boom", Ratios: []float64{0.9}, Median: 0.9},
+	}
+	got := map[string]Target{}
+	for _, tg := range checkTargets(rows, paired, o, 0) {
+		got[tg.What] = tg
+	}
+	seq1 := got["warm seq-1 of local disk"]
+	assert.True(t, seq1.Met, "the median of the pairs decides, not the single read")
+	assert.Equal(t, 0.9, seq1.Value)
+	assert.Equal(t, "90% (median of 3 pairs: 80%, 90%, 110%); single read 57%", seq1.Shown)
+	assert.False(t, got["warm seq-4 of local disk"].Met, "a low median fails a good single read")
+	small := got["warm small-128k of local disk"]
+	assert.Equal(t, "45%", small.Shown, "failed pairs are not used")
+	assert.True(t, small.Met)
+}
+
+func TestMedian(t *testing.T) {
+	assert.Zero(t, median(nil))
+	xs := []float64{3, 1, 2}
+	assert.Equal(t, 2.0, median(xs))
+	assert.Equal(t, []float64{3, 1, 2}, xs, "not modified")
+	assert.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+}
+
+func TestPairedMarkdown(t *testing.T) {
+	assert.Empty(t, pairedMarkdown(nil))
+	md := pairedMarkdown([]Paired{
+		{Workload: "seq-1", Local: []float64{1000 * mib, 800 * mib}, Ferry: []float64{900 * mib, 880 * mib}, Ratios: []float64{0.9, 1.1}, Median: 1.0},
+		{Workload: "small-128k", Error: "read small/x: EIO"},
+	})
+	assert.Contains(t, md, "| seq-1 | 900 / 1000, 880 / 800 | 90%, 110% | 100% | 0 |")
+	assert.Contains(t, md, "| small-128k |  |  | failed: read small/x: EIO | 0 |")
 }
 
 func TestMemoryLimitOf(t *testing.T) {
