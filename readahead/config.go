@@ -16,11 +16,11 @@ import (
 // from one sequential reader. 4 MiB parts, not 8: a reader consumes in
 // order and waits for the head part, which shares the link with 15
 // others; smaller parts arrive sooner and in order. 32 connections, not
-// 16: a 4 MiB GET at 50 MB/s spends a fifth of its time on the round
-// trip, so 16 connections fill a 500 MB/s link only if none is ever idle;
-// with 32, readers that grow their windows together (4 streams, or one
-// stream past its first window) keep the link full (4 streams: 86% of
-// the link with 16, 91-93% with 32; see docs/operations.md).
+// 16: a 4 MiB GET at 50 MB/s spends about a quarter of its time on the
+// round trip (30 of 114 ms), so 16 connections fill a 500 MB/s link only
+// if none is ever idle; with 32, readers that grow their windows together
+// (4 streams, or one stream past its first window) keep the link fuller
+// (see docs/operations.md for the measurements).
 const (
 	// DefaultMemoryLimit is a suggestion for the flags package; New itself
 	// requires an explicit MemoryLimit.

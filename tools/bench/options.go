@@ -101,7 +101,7 @@ func defaultOptions(command string) Options {
 		Seed:      1,
 		Progress:  true,
 		Verify:    true,
-		Pairs:     5,
+		Pairs:     6,
 		RTT:       30 * time.Millisecond, ConnMBs: 50, LinkMBs: 500,
 		LargeFiles: 8, LargeSize: 256 << 20, Seq1Files: 4, Streams: 4,
 		Shards: 8, ShardSize: 256 << 20, RecordSize: 512 << 10, Records: 1024, RandomReaders: 4,
@@ -146,7 +146,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	workloads := fs.String("workloads", strings.Join(o.Workloads, ","), "comma-separated workloads: "+strings.Join(allWorkloads, ","))
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "dataset and random-offset seed")
 	noProgress := fs.Bool("no-progress", false, "no progress bar on stderr")
-	fs.IntVar(&o.Pairs, "pairs", o.Pairs, "after the warm phase, read each workload that has a warm target this many times more, alternately on local disk and through ferry; the warm targets use the median ratio of these neighbours in time (the local disk's rate drifts during a run)")
+	fs.IntVar(&o.Pairs, "pairs", o.Pairs, "after the warm phase, read each workload that has a warm target this many times more, alternately on local disk and through ferry; the order swapped every pair, so even; the warm targets use the median ratio of these neighbours in time (the local disk's rate drifts during a run)")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "after the timed phases, compare a sample of the bytes read with the generator")
 
 	fs.DurationVar(&o.RTT, "rtt", o.RTT, "emulated round trip per request")
@@ -214,6 +214,8 @@ func (o Options) validate() error {
 		return errors.New("--streams, --random-readers, --small-readers, --mlperf-readers and --accelerators must be positive")
 	case o.Shards <= 0 || o.Records <= 0 || o.RecordSize > o.ShardSize:
 		return fmt.Errorf("--shards and --records must be positive and --record-size (%d) at most --shard-size (%d)", o.RecordSize, o.ShardSize)
+	case o.Pairs < 0 || o.Pairs%2 != 0:
+		return fmt.Errorf("--pairs %d: want an even number (each order, local disk first and ferry first, runs equally often), 0 for none", o.Pairs)
 	case o.SmallFiles <= 0:
 		return errors.New("--small-files must be positive")
 	case o.MLPerfScale <= 0 || o.MLPerfScale > 1:

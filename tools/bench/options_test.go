@@ -28,17 +28,19 @@ func TestParseDefaults(t *testing.T) {
 	assert.Equal(t, 50.0, o.ConnMBs)
 	assert.Equal(t, 500.0, o.LinkMBs)
 	assert.True(t, o.Progress)
+	assert.Equal(t, 6, o.Pairs)
 
 	d, err := parse(t, "demo")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"seq-n", "small"}, d.Workloads)
+	assert.Zero(t, d.Pairs, "the demo shows epochs, not the targets")
 	assert.Less(t, datasetSpec(d).TotalBytes(), int64(400<<20), "the demo's dataset stays small")
 }
 
 func TestParseFlags(t *testing.T) {
 	o, err := parse(t, "run", "--store", "s3", "--large-size", "64MiB", "--record-size=1MiB", "--workloads", "random, walk",
 		"--ferry-args", `--memory-limit 256MiB --log-file "/tmp/a b.log"`, "--target-dir", "/mnt/x", "--no-progress",
-		"--rtt", "10ms", "--accelerators", "3", "--mlperf-scale", "0.5")
+		"--rtt", "10ms", "--accelerators", "3", "--mlperf-scale", "0.5", "--pairs", "2")
 	require.NoError(t, err)
 	assert.Equal(t, "s3", o.Store)
 	assert.Equal(t, int64(64<<20), o.LargeSize)
@@ -50,6 +52,7 @@ func TestParseFlags(t *testing.T) {
 	assert.Equal(t, 10*time.Millisecond, o.RTT)
 	assert.Equal(t, 3, o.Accelerators)
 	assert.Equal(t, 0.5, o.MLPerfScale)
+	assert.Equal(t, 2, o.Pairs)
 }
 
 func TestParseErrors(t *testing.T) {
@@ -63,6 +66,8 @@ func TestParseErrors(t *testing.T) {
 		{"run", "--large-size", "0"},
 		{"run", "--seq1-files", "9", "--large-files", "8"},
 		{"run", "--streams", "0"},
+		{"run", "--pairs", "5"},
+		{"run", "--pairs", "-2"},
 		{"run", "--record-size", "1GiB", "--shard-size", "1MiB"},
 		{"run", "--mlperf-scale", "2"},
 		{"run", "--ferry-args", "--cache-dir /x"},

@@ -170,7 +170,8 @@ type Report struct {
 // Paired is a workload read warm, alternately on local disk and through
 // ferry's full cache (page cache dropped before each read, the order
 // swapped every pair). Each ratio compares neighbours in time, so the
-// drift of the local disk's rate over a run does not enter it.
+// drift of the local disk's rate over a run largely cancels, and an
+// advantage of going first or second does too.
 type Paired struct {
 	Workload string    `json:"workload"`
 	Local    []float64 `json:"local_bytes_per_s"`
@@ -179,8 +180,10 @@ type Paired struct {
 	Median   float64   `json:"median"`
 	// StoreRequests made during ferry's reads: 0 when the cache served
 	// them all.
-	StoreRequests int64  `json:"store_requests"`
-	Error         string `json:"error,omitempty"`
+	StoreRequests int64 `json:"store_requests"`
+	// Error: a read failed (the pairs stop there; the failed pair is not
+	// in Ratios), or the bytes of the last ferry read were wrong.
+	Error string `json:"error,omitempty"`
 }
 
 // pairedMarkdown renders the paired reads.
@@ -199,6 +202,17 @@ func pairedMarkdown(ps []Paired) string {
 		med := fmt.Sprintf("%.0f%%", 100*p.Median)
 		if p.Error != "" {
 			med = "failed: " + oneLine(p.Error)
+		} else if len(p.Ratios) >= 2 {
+			// Pair i%2 == 0 read local disk first: the two orders apart.
+			var first, second []float64
+			for i, r := range p.Ratios {
+				if i%2 == 0 {
+					first = append(first, r)
+				} else {
+					second = append(second, r)
+				}
+			}
+			med += fmt.Sprintf(" (local first %.0f%%, ferry first %.0f%%)", 100*median(first), 100*median(second))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", p.Workload, strings.Join(rates, ", "), strings.Join(ratios, ", "), med, p.StoreRequests)
 	}

@@ -224,8 +224,12 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 				}
 			}
 			for _, w := range group {
-				if _, ok := warmTarget(w.Name, b.opts); ok && b.opts.Pairs > 0 && ctx.Err() == nil {
-					b.pair(ctx, w, m)
+				// Pairs only after a good warm read: they judge the warm
+				// target, which a failed or wrong warm read has failed.
+				if r, ok := findRow(b.report.Rows, w.Name, PhaseWarm); ok && (r.Verified == "" || r.Verified == "ok") {
+					if _, ok := warmTarget(w.Name, b.opts); ok && b.opts.Pairs > 0 && ctx.Err() == nil {
+						b.pair(ctx, w, m)
+					}
 				}
 			}
 			return nil
@@ -260,34 +264,64 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 
 // pair reads w warm b.opts.Pairs times on local disk and through ferry,
 // alternately, with the page cache dropped before each read and the order
-// swapped every pair, and records the ratios (see Paired).
+// swapped every pair (Pairs is even: each order runs equally often), and
+// records the ratios (see Paired). It stops at the first failed read; the
+// failed pair is not counted. The last ferry read is checked against the
+// generator.
 func (b *bench) pair(ctx context.Context, w Workload, m *Mount) {
 	p := Paired{Workload: w.Name}
 	b.logf("%s: %d warm reads in pairs, local disk and ferry alternately", w.Name, b.opts.Pairs)
-	read := func(root string) float64 {
+	read := func(root string) (rate float64, requests int64, ok bool) {
 		b.dropCaches()
+		var c0 netem.Counters
+		if b.remote != nil {
+			c0 = b.remote.Proxy.Counters()
+		}
 		r, err := w.Run(ctx, root, nil)
-		if err != nil && p.Error == "" {
-			p.Error = err.Error()
+		if b.remote != nil {
+			requests = b.remote.Proxy.Counters().Requests - c0.Requests
 		}
-		return r.Rate()
+		if err != nil {
+			p.Error = fmt.Sprintf("%s: %v", root, err)
+			return 0, requests, false
+		}
+		return r.Rate(), requests, true
 	}
-	for i := 0; i < b.opts.Pairs && ctx.Err() == nil && p.Error == ""; i++ {
+	for i := 0; i < b.opts.Pairs && ctx.Err() == nil; i++ {
 		var local, ferry float64
-		c0 := b.remote.Proxy.Counters()
+		var requests int64
+		ok := true
 		if i%2 == 0 {
-			local = read(b.opts.DataDir)
-			ferry = read(m.Dir)
+			local, _, ok = read(b.opts.DataDir)
+			if ok {
+				ferry, requests, ok = read(m.Dir)
+			}
 		} else {
-			ferry = read(m.Dir)
-			local = read(b.opts.DataDir)
+			ferry, requests, ok = read(m.Dir)
+			if ok {
+				local, _, ok = read(b.opts.DataDir)
+			}
 		}
-		p.StoreRequests += b.remote.Proxy.Counters().Requests - c0.Requests
+		p.StoreRequests += requests
+		if !ok {
+			break
+		}
 		p.Local, p.Ferry = append(p.Local, local), append(p.Ferry, ferry)
 		p.Ratios = append(p.Ratios, ratio(ferry, local))
 	}
+	if err := ctx.Err(); err != nil && p.Error == "" {
+		p.Error = err.Error()
+	}
+	if p.Error == "" && b.opts.Verify && w.Check != nil {
+		if err := w.Check(m.Dir); err != nil {
+			p.Error = "WRONG: " + err.Error()
+		}
+	}
 	p.Median = median(p.Ratios)
 	b.logf("%s: warm / local in pairs %v, median %.0f%%", w.Name, percents(p.Ratios), 100*p.Median)
+	if p.Error != "" {
+		b.logf("%s: pairs failed: %s", w.Name, p.Error)
+	}
 	b.report.Paired = append(b.report.Paired, p)
 }
 

@@ -18,7 +18,7 @@ func TestCheckTargets(t *testing.T) {
 	rows := []Row{
 		{Workload: "seq-1", Phase: PhaseCold, Target: "ferry", VsLimit: 0.86},
 		{Workload: "seq-4", Phase: PhaseCold, Target: "ferry", VsLimit: 0.80, FerryPeakRSS: 700 * mib},
-		{Workload: "random-512k", Phase: PhaseCold, Target: "ferry", Bytes: 100, StoreBytes: 140, VsLimit: 0.95},
+		{Workload: "random-512k", Phase: PhaseCold, Target: "ferry", Bytes: 100, StoreBytes: 140, VsLimit: 0.8998},
 		{Workload: "small-128k", Phase: PhaseCold, Target: "ferry", Ops: 4000, StoreRequests: 4006, VsLimit: 0.5},
 		{Workload: "seq-1", Phase: PhaseWarm, Target: "ferry", VsLocal: 0.9},
 		{Workload: "small-128k", Phase: PhaseWarm, Target: "ferry", VsLocal: 0.3},
@@ -44,7 +44,7 @@ func TestCheckTargets(t *testing.T) {
 	check("cold sequential, 4 streams, of the link cap", false, "80%")
 	check("peak RSS during the 4-stream cold read", false, "700 MiB")
 	check("cold random records: store bytes / application bytes", false, "1.40")
-	check("cold random records, 4 readers, of one round trip + transfer each", true, "95%")
+	check("cold random records, 4 readers, of one round trip + transfer each", false, "89.98%")
 	check("cold small files: store requests beyond one per file (the listing)", true, "6 (4006 for 4000 files)")
 	check("cold small files, 8 readers, of one round trip each", false, "50%")
 	check("warm seq-1 of local disk", true, "90%")
@@ -85,8 +85,10 @@ func TestWarmTargetsUsePairs(t *testing.T) {
 	assert.Equal(t, "90% (median of 3 pairs: 80%, 90%, 110%); single read 57%", seq1.Shown)
 	assert.False(t, got["warm seq-4 of local disk"].Met, "a low median fails a good single read")
 	small := got["warm small-128k of local disk"]
-	assert.Equal(t, "45%", small.Shown, "failed pairs are not used")
-	assert.True(t, small.Met)
+	assert.Equal(t, "pairs failed: boom; single read 45%", small.Shown)
+	assert.False(t, small.Met, "failed pairs fail the target, whatever the single read said")
+	_, ok := got["warm random-512k of local disk"]
+	assert.False(t, ok, "no warm row, no target")
 }
 
 func TestMedian(t *testing.T) {
@@ -103,7 +105,7 @@ func TestPairedMarkdown(t *testing.T) {
 		{Workload: "seq-1", Local: []float64{1000 * mib, 800 * mib}, Ferry: []float64{900 * mib, 880 * mib}, Ratios: []float64{0.9, 1.1}, Median: 1.0},
 		{Workload: "small-128k", Error: "read small/x: EIO"},
 	})
-	assert.Contains(t, md, "| seq-1 | 900 / 1000, 880 / 800 | 90%, 110% | 100% | 0 |")
+	assert.Contains(t, md, "| seq-1 | 900 / 1000, 880 / 800 | 90%, 110% | 100% (local first 90%, ferry first 110%) | 0 |")
 	assert.Contains(t, md, "| small-128k |  |  | failed: read small/x: EIO | 0 |")
 }
 
