@@ -182,7 +182,8 @@ type Paired struct {
 	// them all.
 	StoreRequests int64 `json:"store_requests"`
 	// Error: a read failed (the pairs stop there; the failed pair is not
-	// in Ratios), or the bytes of the last ferry read were wrong.
+	// in Ratios), or the sample of bytes checked through the mount after
+	// the pairs was wrong.
 	Error string `json:"error,omitempty"`
 }
 

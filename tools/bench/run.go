@@ -266,7 +266,8 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 // alternately, with the page cache dropped before each read and the order
 // swapped every pair (Pairs is even: each order runs equally often), and
 // records the ratios (see Paired). It stops at the first failed read; the
-// failed pair is not counted. The last ferry read is checked against the
+// failed pair is not counted. Afterwards, as after every ferry row, a
+// sample of the bytes is read through the mount and compared with the
 // generator.
 func (b *bench) pair(ctx context.Context, w Workload, m *Mount) {
 	p := Paired{Workload: w.Name}
