@@ -14,8 +14,10 @@ type stream struct {
 	window, growAt int64
 	// frontier is where issued readahead ends (block aligned).
 	frontier int64
-	// inflight is the bytes of this stream's readahead not yet complete.
+	// inflight is the bytes of this stream's readahead not yet complete,
+	// in parts parts (see prefetch's graded parts).
 	inflight int64
+	parts    int
 	// last is the detector's read count at the stream's last step.
 	last int64
 	// fromStart: the stream began at offset 0, the start of a file read

@@ -241,7 +241,7 @@ func TestWindowGrowsToManyParallelParts(t *testing.T) {
 }
 
 // TestStartWindow: a stream from offset 0 starts at StartWindow (at most
-// an eighth of the object); one starting elsewhere at InitialWindow, or
+// a quarter of the object); one starting elsewhere at InitialWindow, or
 // four of its reads if larger.
 func TestStartWindow(t *testing.T) {
 	b := newFakeBucket()
@@ -263,9 +263,48 @@ func TestStartWindow(t *testing.T) {
 		return h.det.streams[0].window
 	}
 	assert.Equal(t, int64(DefaultStartWindow), first("big", 1<<30, 0))
-	assert.Equal(t, 8*MiB, first("mid", 64<<20, 0), "an eighth of a 64 MiB object")
-	assert.Equal(t, 4*MiB, first("tiny-eighth", 20<<20, 0), "four reads when that is more")
+	assert.Equal(t, 16*MiB, first("mid", 64<<20, 0), "a quarter of a 64 MiB object")
+	assert.Equal(t, 4*MiB, first("tiny-quarter", 12<<20, 0), "four reads when that is more")
 	assert.Zero(t, first("middle", 1<<30, 100*MiB), "one read in the middle is not a stream yet")
+}
+
+// TestGradedParts: a young window is cut into parts that grow with their
+// place in the queue, so that the head arrives first; parts issued once
+// the queue is long are whole parts. Nothing completes here, so the
+// parts are exactly what the first read issued.
+func TestGradedParts(t *testing.T) {
+	b := newFakeBucket()
+	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: DefaultMemoryLimit, BlockSize: 64 * KiB})
+	obj := b.put("big", 1<<30)
+	h := f.Open(obj)
+	defer h.Close()
+	_, err := h.observe(0, MiB)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(b.ranges("big")) == h.det.streams[0].parts }, 5*time.Second, time.Millisecond)
+	rs := b.ranges("big")
+	part := int64(DefaultStartWindow / partsPerWindow) // 4 MiB
+	require.Greater(t, len(rs), partsPerWindow)
+	assert.Equal(t, uint64(MiB), rs[0].Start, "readahead starts after the read")
+	var sum int64
+	for k, r := range rs {
+		n := int64(r.Len())
+		sum += n
+		want := min(part, int64(k+1)*part/partsPerWindow)
+		if k > 0 {
+			require.Equal(t, rs[k-1].Limit, r.Start, "parts are contiguous")
+		}
+		// The k-th part is at most (k+1)/16 of a part (cut shorter where
+		// it meets a part boundary).
+		assert.LessOrEqual(t, n, want, "part %d", k)
+	}
+	assert.Equal(t, part/partsPerWindow, int64(rs[0].Len()), "the head is a sixteenth of a part")
+	assert.Equal(t, part, int64(rs[len(rs)-1].Len()), "whole parts once the queue is long")
+	assert.Greater(t, sum, int64(DefaultStartWindow)-part, "the first window reaches StartWindow past the read (but for a sliver)")
+	assert.LessOrEqual(t, sum, int64(DefaultStartWindow))
 }
 
 func TestWindowShrinks(t *testing.T) {

@@ -149,14 +149,21 @@ func (h *Handle) prefetch(s *stream, n int64) {
 		// A window smaller than a few of the reader's own reads would
 		// leave it waiting on every read.
 		s.window = max(s.window, 4*alignUp(n, f.bs))
-		if s.fromStart {
-			s.window = max(s.window, min(cfg.StartWindow, alignDown(size/8, f.bs)))
-		}
 		s.window = min(s.window, cfg.MaxWindow)
 		s.growAt = s.next + s.window/4
+		if s.fromStart {
+			s.window = max(s.window, min(cfg.StartWindow, cfg.MaxWindow, alignDown(size/4, f.bs)))
+			// A file read from its start grows at its first part's
+			// worth of progress: with graded parts (below) the reader
+			// gets its first bytes long before the window has arrived,
+			// and waiting for a quarter of it left the link idle
+			// between the first window and the second.
+			s.growAt = s.next + s.window/partsPerWindow
+		}
 	}
 	// The window grows once readahead has started and the reader has
-	// consumed a quarter of it since the last growth.
+	// consumed a quarter of it since the last growth (a part's worth, the
+	// first time, from offset 0).
 	if s.frontier > 0 && s.next >= s.growAt && s.window < cfg.MaxWindow {
 		s.window = min(2*s.window, cfg.MaxWindow)
 		s.growAt = s.next + s.window/4
@@ -187,6 +194,16 @@ func (h *Handle) prefetch(s *stream, n int64) {
 	partSize := max(f.bs, alignDown(min(cfg.PartSize, s.window/partsPerWindow), f.bs))
 	for s.frontier < target {
 		boundary := alignDown(s.frontier, partSize) + partSize
+		// Graded parts. Parts issued together share the link equally and
+		// so arrive together: the reader waits for the first while the
+		// rest arrive, consumes them all at once, and they are issued
+		// again all at once, the link idle for a round trip each time.
+		// The k-th part in flight is at most k/partsPerWindow of a part
+		// instead, so a young window arrives head first and the rest one
+		// after another, each completion making room for one more part
+		// while the others keep the link busy.
+		graded := max(f.bs, alignDown(int64(s.parts+1)*partSize/partsPerWindow, f.bs))
+		boundary = min(boundary, s.frontier+graded)
 		end := min(boundary, target)
 		if end < boundary && end < size {
 			break
@@ -245,6 +262,7 @@ func (h *Handle) issue(s *stream, from, to int64) bool {
 		p.stream = s
 		p.ctx, p.cancel = context.WithCancel(s.ctx)
 		s.inflight += p.end - p.start
+		s.parts++
 		f.launch(p)
 	}
 	return true
@@ -258,6 +276,7 @@ func (h *Handle) readaheadDone(p *part) {
 	defer h.mu.Unlock()
 	s := p.stream
 	s.inflight -= p.end - p.start
+	s.parts--
 	if h.closed.Load() || s.ctx.Err() != nil || h.f.cache == nil || p.err != nil {
 		return
 	}
