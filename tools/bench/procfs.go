@@ -16,6 +16,31 @@ import (
 // user space whatever CONFIG_HZ is), and Go has no sysconf to ask.
 const clockTicks = 100
 
+// stealCPU returns the CPU time the hypervisor has taken from this
+// machine's virtual CPUs so far (all CPUs; 0 on bare metal).
+func stealCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseSteal(b)
+}
+
+// parseSteal reads the steal field (the 8th value) of the aggregate "cpu"
+// line of the content of /proc/stat.
+func parseSteal(stat []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(stat, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("proc stat: no steal field in %q", line)
+	}
+	ticks, err := strconv.ParseInt(f[8], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("proc stat: steal %q: %w", f[8], err)
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
 // procCPU returns the user+system CPU time a process has used so far.
 func procCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

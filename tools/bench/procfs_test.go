@@ -25,6 +25,17 @@ func TestParseStatCPU(t *testing.T) {
 	assert.Equal(t, 18010*time.Millisecond, d)
 }
 
+func TestParseSteal(t *testing.T) {
+	stat := "cpu  1329574 0 723600 2134155 396267 0 37463 15403 0 0\ncpu0 667487 0 370122 1053988 203540 0 16069 7492 0 0\n"
+	d, err := parseSteal([]byte(stat))
+	require.NoError(t, err)
+	assert.Equal(t, 154030*time.Millisecond, d, "15403 ticks of 10 ms")
+	for _, in := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3 4 5 6 7\n", "cpu 1 2 3 4 5 6 7 x 9\n"} {
+		_, err := parseSteal([]byte(in))
+		assert.Error(t, err, "%q", in)
+	}
+}
+
 func TestParseStatCPURejectsGarbage(t *testing.T) {
 	for _, in := range []string{"", "1 cat R 2 3", "1 (cat) R 1 2 3", "1 (cat) R 1 2 3 4 5 6 7 8 9 10 x 12 13"} {
 		_, err := parseStatCPU([]byte(in))

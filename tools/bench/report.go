@@ -59,6 +59,10 @@ type Row struct {
 	FerryCPU float64 `json:"ferry_cpu_s"`
 	StoreCPU float64 `json:"store_cpu_s"`
 	BenchCPU float64 `json:"bench_cpu_s"`
+	// StealCPU is CPU time the hypervisor took from this machine's virtual
+	// CPUs during the row (/proc/stat steal, all CPUs): work that could not
+	// run, which slows every process above without showing in their CPU.
+	StealCPU float64 `json:"steal_cpu_s,omitempty"`
 
 	// MLPerf rows: accelerator utilisation and the pass line.
 	AU           float64 `json:"au,omitempty"`
@@ -71,6 +75,11 @@ type Row struct {
 	Verified string `json:"verified,omitempty"`
 	Error    string `json:"error,omitempty"`
 }
+
+// stealNote is the steal time (CPU-s, all CPUs) from which a row says so
+// in its notes: half a second of two CPUs' work is enough to move a
+// row's rate on this kind of machine.
+const stealNote = 0.5
 
 // Rate is bytes per second.
 func (r Row) Rate() float64 {
@@ -383,6 +392,9 @@ func markdownTable(rows []Row) string {
 		}
 		if r.StoreErrors > 0 {
 			notes = append(notes, fmt.Sprintf("%d store requests cut short", r.StoreErrors))
+		}
+		if r.StealCPU >= stealNote {
+			notes = append(notes, fmt.Sprintf("hypervisor took %.1f CPU-s", r.StealCPU))
 		}
 		if r.Error != "" {
 			notes = append(notes, "ERROR: "+strings.ReplaceAll(r.Error, "|", "/"))

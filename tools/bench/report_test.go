@@ -84,6 +84,7 @@ func TestCostOf(t *testing.T) {
 func TestMarkdown(t *testing.T) {
 	rows := sampleRows()
 	fillRatios(rows)
+	rows = append(rows, Row{Workload: "seq-4", Phase: PhaseCold, Target: "ferry", Bytes: 1 << 30, Seconds: 1, StealCPU: 1.24})
 	rep := &Report{
 		Command: []string{"go", "run", "./tools/bench", "run", "--ferry-args", "--memory-limit 256MiB"},
 		Machine: Machine{CPUs: 2, CPUModel: "Xeon", MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26"},
@@ -98,6 +99,8 @@ func TestMarkdown(t *testing.T) {
 	assert.Contains(t, out, "30 ms round trip, 50 MB/s per connection, 500 MB/s in all")
 	assert.Contains(t, out, "| seq-1 | cold | 400.0 | 40% | 84% of 477 | 10 | 1000.0 | 1.00 | 9.5 | 300 | 1.0 / 2.0 / 1.0 |  | 2 store requests cut short |")
 	assert.Contains(t, out, "| walk | cold | 1000 op/s | 10% |")
+	assert.Contains(t, out, "| hypervisor took 1.2 CPU-s |", "steal time is noted")
+	assert.NotContains(t, out, "hypervisor took 0", "small steal is not")
 	assert.Contains(t, out, "50% fail (2 acc.)")
 	assert.Contains(t, out, "95% pass (2 acc.) | bytes ok |")
 	assert.Contains(t, out, "ERROR: boom / bang", "a pipe would break the table")

@@ -94,6 +94,7 @@ func (b *bench) measure(ctx context.Context, w Workload, phase, target, root str
 		ferryCPU0, _ = procCPU(m.Pid)
 	}
 	self0 := selfCPU()
+	steal0, stealErr := stealCPU()
 	wall0 := time.Now()
 
 	row, err := w.Run(ctx, root, b.newBar(w.Name+" "+phase, w.Expect))
@@ -101,6 +102,9 @@ func (b *bench) measure(ctx context.Context, w Workload, phase, target, root str
 
 	wall := time.Since(wall0)
 	row.BenchCPU = (selfCPU() - self0).Seconds()
+	if t, err := stealCPU(); err == nil && stealErr == nil {
+		row.StealCPU = (t - steal0).Seconds()
+	}
 	if b.remote != nil {
 		c1 := b.remote.Proxy.Counters()
 		row.StoreRequests = c1.Requests - c0.Requests
@@ -146,6 +150,9 @@ func (b *bench) printRow(r Row) {
 	if r.Target == "ferry" && r.Phase != PhaseLocal {
 		extra = fmt.Sprintf("  store %d req %.1f MiB (%.1f in flight, %d cut)  rss %.0f MiB  cpu ferry %.1fs store %.1fs bench %.1fs",
 			r.StoreRequests, float64(r.StoreBytes)/mib, r.StoreInFlight, r.StoreErrors, float64(r.FerryPeakRSS)/mib, r.FerryCPU, r.StoreCPU, r.BenchCPU)
+	}
+	if r.StealCPU >= stealNote {
+		extra += fmt.Sprintf("  steal %.1fs", r.StealCPU)
 	}
 	if r.Pass != nil {
 		extra += fmt.Sprintf("  AU %.0f%%", 100*r.AU)
