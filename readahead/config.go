@@ -36,7 +36,9 @@ const (
 	// 32 MiB is 70 ms of a 500 MB/s link, less than the time to the first
 	// byte plus the reader's first steps, so the link went idle before
 	// the window could grow (measured on the emulated link, see
-	// docs/operations.md).
+	// docs/operations.md). The price: a reader that reads only the
+	// header of a large file and then seeks away has still asked the
+	// store for up to 64 MiB (a quarter of the file), within the budget.
 	DefaultStartWindow     = 64 << 20
 	DefaultMaxWindow       = 128 << 20
 	DefaultSmallObjectSize = 2 << 20
@@ -55,7 +57,9 @@ const (
 	// that a demand read and some readahead can always coexist.
 	minParts = 4
 	// partsPerWindow is how many parts a window is cut into (parts are
-	// at most PartSize, at least a block).
+	// at most PartSize, at least a block); a young window into a few
+	// more, since the k-th part in flight is at most k/partsPerWindow of
+	// a part (see prefetch).
 	partsPerWindow = 16
 )
 
