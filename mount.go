@@ -325,10 +325,11 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		CachedBytes: cachedBytesOf(fileStore),
 		Control:     ctl.fs,
 	}, fs.MountOptions{
-		AllowOther:  cfg.AllowOther,
-		ReadAheadKB: cfg.ReadAheadKB,
-		FSName:      cfg.Source,
-		Debug:       cfg.Debug,
+		AllowOther:    cfg.AllowOther,
+		ReadAheadKB:   cfg.ReadAheadKB,
+		MaxBackground: cfg.MaxBackground,
+		FSName:        cfg.Source,
+		Debug:         cfg.Debug,
 	})
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", cfg.MountPoint, err)

@@ -64,6 +64,9 @@ type Config struct {
 	// Memory and kernel.
 	MemoryLimit int64
 	ReadAheadKB int
+	// MaxBackground is the kernel's limit on async FUSE requests (0 keeps
+	// the kernel's default).
+	MaxBackground int
 	// KernelOptions are generic mount flags passed to the kernel (nodev,
 	// noexec, ...), in the form jacobsa/fuse's MountConfig.Options expects.
 	KernelOptions []string
@@ -88,6 +91,8 @@ const (
 	MaxConnections = 1024
 	// MaxReadAheadKB is 1 GiB, far beyond what the kernel ever uses.
 	MaxReadAheadKB = 1 << 20
+	// MaxBackground: each async request holds up to a 1 MiB reply.
+	MaxBackground = 1024
 )
 
 // KernelMountOptions are the generic mount(8) options ferry passes to the

@@ -94,6 +94,7 @@ func TestDefaults(t *testing.T) {
 		CacheBlockSize: 64 << 10,
 		MemoryLimit:    512 << 20,
 		ReadAheadKB:    1024,
+		MaxBackground:  64,
 		LogFormat:      "text",
 	}, cfg)
 }
@@ -104,7 +105,7 @@ func TestAllOptions(t *testing.T) {
 	require.NoError(t, os.WriteFile(key, []byte("{}"), 0o600))
 	cfg, err := parse(t,
 		"--foreground", "--allow-other", "--ro", "--kernel-option=nodev", "--kernel-option", "noexec,nosuid",
-		"--read-ahead-kb=0", "--endpoint=http://localhost:4443", "--anonymous",
+		"--read-ahead-kb=0", "--max-background=256", "--endpoint=http://localhost:4443", "--anonymous",
 		"--key-file="+key, "--billing-project=proj", "--max-connections=64", "--memory-limit=2GiB",
 		"--store-timeout=5s", "--retry-max-time=90", "--nonempty",
 		"--metadata-ttl=-1", "--negative-ttl=0", "--uid=1000", "--gid=1001", "--file-mode=640", "--dir-mode=0o750",
@@ -119,7 +120,7 @@ func TestAllOptions(t *testing.T) {
 		StoreTimeout: 5 * time.Second, RetryMaxTime: 90 * time.Second,
 		MetadataTTL: Forever, NegativeTTL: 0, Uid: 1000, Gid: 1001, FileMode: 0o640, DirMode: 0o750, AllowOther: true,
 		CacheDir: wd + "/rel/cache", CacheSize: 200 << 30, CacheMinFreePercent: 10, CacheBlockSize: 1 << 20,
-		MemoryLimit: 2 << 30, ReadAheadKB: 0, KernelOptions: []string{"nodev", "noexec", "nosuid"},
+		MemoryLimit: 2 << 30, ReadAheadKB: 0, MaxBackground: 256, KernelOptions: []string{"nodev", "noexec", "nosuid"},
 		LogFile: "/var/log/ferry.log", LogFormat: "json", Debug: true, MetricsAddr: ":9101",
 	}, cfg)
 
@@ -164,6 +165,7 @@ func TestValidationNamesTheOption(t *testing.T) {
 		{[]string{"--log-format=xml"}, "log-format", `"xml" is not a log format`},
 		{[]string{"--max-connections=0"}, "max-connections", "out of range"},
 		{[]string{"--read-ahead-kb=-1"}, "read-ahead-kb", "out of range"},
+		{[]string{"--max-background=2000"}, "max-background", "out of range"},
 		{[]string{"--uid=root"}, "uid", "not a uid"},
 		{[]string{"--gid=4294967295"}, "gid", "not a uid"},
 		{[]string{"--endpoint=localhost:9000"}, "endpoint", "not an http(s) URL"},

@@ -408,15 +408,49 @@ func TestMountForget(t *testing.T) {
 	assert.Equal(t, "x", string(got))
 }
 
+// withFusectl makes sure the FUSE control file system is mounted for the
+// test (mounting it if need be, and unmounting it afterwards), or
+// reports false where it cannot be (no root, a container without it).
+func withFusectl(t *testing.T) bool {
+	if _, err := os.Stat(fuseConnections); err != nil {
+		return false
+	}
+	var st syscall.Statfs_t
+	const fusectlMagic = 0x65735543
+	if syscall.Statfs(fuseConnections, &st) == nil && st.Type == fusectlMagic {
+		return true
+	}
+	if err := syscall.Mount("none", fuseConnections, "fusectl", 0, ""); err != nil {
+		t.Logf("cannot mount fusectl: %v", err)
+		return false
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(fuseConnections, 0) })
+	return true
+}
+
 func TestMountKernelSettings(t *testing.T) {
 	b := newTestBucket()
 	data := randomBytes(8<<20, 3)
 	b.put("big", data)
+	fusectl := withFusectl(t)
 	var maxRead atomic.Int64
 	dir, _ := mount(t, b, func(c *Config) {
 		open := c.Open
 		c.Open = func(obj bucket.Object) ContentReader { return maxReadTracker{open(obj), &maxRead} }
-	}, MountOptions{ReadAheadKB: 8192, FSName: "fake://bucket/prefix"})
+	}, MountOptions{ReadAheadKB: 8192, MaxBackground: 48, FSName: "fake://bucket/prefix"})
+
+	// The kernel's queue of async requests, where it can be set.
+	if fusectl {
+		conn, err := connectionDir(dir)
+		require.NoError(t, err)
+		for file, want := range map[string]string{"max_background": "48", "congestion_threshold": "36"} {
+			got, err := os.ReadFile(filepath.Join(conn, file))
+			require.NoError(t, err)
+			assert.Equal(t, want, strings.TrimSpace(string(got)), file)
+		}
+	} else {
+		t.Log("no FUSE control file system: max_background not checked")
+	}
 
 	// Readahead reached the mount's bdi.
 	path, err := bdiPath(dir)
