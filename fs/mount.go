@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -118,7 +117,7 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		}
 	}
 	if opts.MaxBackground > 0 {
-		if err := setMaxBackground(dir, opts.MaxBackground); errors.Is(err, fs.ErrNotExist) {
+		if err := setMaxBackground(dir, opts.MaxBackground); errors.Is(err, errNoFusectl) {
 			// The FUSE control file system is not mounted (systemd mounts
 			// it at boot; containers often do not have it).
 			fsys.log.Info("fs: kernel FUSE queue left at 12 requests: the FUSE control file system is not mounted; as root, mount -t fusectl none "+fuseConnections,
@@ -135,13 +134,19 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 // number.
 const fuseConnections = "/sys/fs/fuse/connections"
 
-// connectionDir is dir's FUSE connection in fusectl.
+// errNoFusectl: the mount has no directory in fuseConnections (fusectl
+// is not mounted, or dir is not a FUSE mount).
+var errNoFusectl = errors.New("no FUSE control directory")
+
+// connectionDir is dir's FUSE connection in fusectl, named by the kernel's
+// device number of the mount (major << 20 | minor; FUSE's major is 0).
 func connectionDir(dir string) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return "", err
 	}
-	return filepath.Join(fuseConnections, strconv.FormatUint(uint64(unix.Minor(uint64(st.Dev))), 10)), nil
+	dev := uint64(st.Dev)
+	return filepath.Join(fuseConnections, strconv.FormatUint(uint64(unix.Major(dev))<<20|uint64(unix.Minor(dev)), 10)), nil
 }
 
 // setMaxBackground raises the kernel's queue of async requests for the
@@ -153,6 +158,9 @@ func setMaxBackground(dir string, n int) error {
 	d, err := connectionDir(dir)
 	if err != nil {
 		return err
+	}
+	if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %s", errNoFusectl, d)
 	}
 	if err := os.WriteFile(filepath.Join(d, "max_background"), []byte(strconv.Itoa(n)+"\n"), 0); err != nil {
 		return err

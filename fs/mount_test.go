@@ -408,31 +408,27 @@ func TestMountForget(t *testing.T) {
 	assert.Equal(t, "x", string(got))
 }
 
-// withFusectl makes sure the FUSE control file system is mounted for the
-// test (mounting it if need be, and unmounting it afterwards), or
-// reports false where it cannot be (no root, a container without it).
-func withFusectl(t *testing.T) bool {
-	if _, err := os.Stat(fuseConnections); err != nil {
-		return false
-	}
+// fusectlMounted reports whether the FUSE control file system is mounted
+// (systemd mounts it at boot; .ci/run does). Tests never mount it
+// themselves: it is the whole machine's.
+func fusectlMounted() bool {
 	var st syscall.Statfs_t
 	const fusectlMagic = 0x65735543
-	if syscall.Statfs(fuseConnections, &st) == nil && st.Type == fusectlMagic {
-		return true
-	}
-	if err := syscall.Mount("none", fuseConnections, "fusectl", 0, ""); err != nil {
-		t.Logf("cannot mount fusectl: %v", err)
-		return false
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(fuseConnections, 0) })
-	return true
+	return syscall.Statfs(fuseConnections, &st) == nil && st.Type == fusectlMagic
+}
+
+func TestSetMaxBackgroundWithoutConnection(t *testing.T) {
+	// A directory that is no FUSE mount has no connection directory,
+	// whether or not fusectl is mounted.
+	err := setMaxBackground(t.TempDir(), 64)
+	assert.ErrorIs(t, err, errNoFusectl)
 }
 
 func TestMountKernelSettings(t *testing.T) {
 	b := newTestBucket()
 	data := randomBytes(8<<20, 3)
 	b.put("big", data)
-	fusectl := withFusectl(t)
+	fusectl := fusectlMounted()
 	var maxRead atomic.Int64
 	dir, _ := mount(t, b, func(c *Config) {
 		open := c.Open
@@ -449,7 +445,7 @@ func TestMountKernelSettings(t *testing.T) {
 			assert.Equal(t, want, strings.TrimSpace(string(got)), file)
 		}
 	} else {
-		t.Log("no FUSE control file system: max_background not checked")
+		t.Log("the FUSE control file system is not mounted: max_background not checked")
 	}
 
 	// Readahead reached the mount's bdi.

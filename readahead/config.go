@@ -38,7 +38,9 @@ const (
 	// the window could grow (measured on the emulated link, see
 	// docs/operations.md). The price: a reader that reads only the
 	// header of a large file and then seeks away has still asked the
-	// store for up to 64 MiB (a quarter of the file), within the budget.
+	// store for a window or, with a cache (readahead then runs up to two
+	// windows ahead), up to 128 MiB, half a 256 MiB file; all of it
+	// within the memory budget, and cancelled when the handle closes.
 	DefaultStartWindow     = 64 << 20
 	DefaultMaxWindow       = 128 << 20
 	DefaultSmallObjectSize = 2 << 20
@@ -48,8 +50,10 @@ const (
 	mediumObjectSize  = 4 << 20
 	DefaultMaxStreams = 8
 	// DefaultReorderTolerance covers the kernel's async FUSE reads, which
-	// arrive out of order: up to max_background (12) requests of up to
-	// 1 MiB each may be outstanding at once.
+	// arrive out of order: the kernel's readahead of one file keeps
+	// read_ahead_kb (1 MiB by default) of 1 MiB requests outstanding, and
+	// 16 MiB leaves room for a larger read_ahead_kb (the connection's
+	// max_background bounds them all, 64 as ferry sets it).
 	DefaultReorderTolerance = 16 << 20
 	DefaultGapTolerance     = 1 << 20
 
@@ -57,9 +61,9 @@ const (
 	// that a demand read and some readahead can always coexist.
 	minParts = 4
 	// partsPerWindow is how many parts a window is cut into (parts are
-	// at most PartSize, at least a block); a young window into a few
-	// more, since the k-th part in flight is at most k/partsPerWindow of
-	// a part (see prefetch).
+	// at most PartSize, at least a block); a stream's first window into
+	// a few more, since its k-th part is about k/partsPerWindow of a part
+	// (see prefetch).
 	partsPerWindow = 16
 )
 

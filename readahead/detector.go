@@ -14,10 +14,11 @@ type stream struct {
 	window, growAt int64
 	// frontier is where issued readahead ends (block aligned).
 	frontier int64
-	// inflight is the bytes of this stream's readahead not yet complete,
-	// in parts parts (see prefetch's graded parts).
+	// inflight is the bytes of this stream's readahead not yet complete.
 	inflight int64
-	parts    int
+	// issued counts the readahead parts the stream has issued (the first
+	// partsPerWindow are graded, see prefetch).
+	issued int
 	// last is the detector's read count at the stream's last step.
 	last int64
 	// fromStart: the stream began at offset 0, the start of a file read

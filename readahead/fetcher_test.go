@@ -268,10 +268,10 @@ func TestStartWindow(t *testing.T) {
 	assert.Zero(t, first("middle", 1<<30, 100*MiB), "one read in the middle is not a stream yet")
 }
 
-// TestGradedParts: a young window is cut into parts that grow with their
-// place in the queue, so that the head arrives first; parts issued once
-// the queue is long are whole parts. Nothing completes here, so the
-// parts are exactly what the first read issued.
+// TestGradedParts: a stream's first parts grow with their place, so that
+// the head of its first window arrives first; after partsPerWindow parts
+// it issues whole parts on part boundaries. Nothing completes here, so
+// the parts are exactly what the first read issued.
 func TestGradedParts(t *testing.T) {
 	b := newFakeBucket()
 	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
@@ -284,27 +284,89 @@ func TestGradedParts(t *testing.T) {
 	defer h.Close()
 	_, err := h.observe(0, MiB)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(b.ranges("big")) == h.det.streams[0].parts }, 5*time.Second, time.Millisecond)
+	h.mu.Lock()
+	issued := h.det.streams[0].issued
+	h.mu.Unlock()
+	require.Eventually(t, func() bool { return len(b.ranges("big")) == issued }, 5*time.Second, time.Millisecond,
+		"%d parts issued, %d requested", issued, len(b.ranges("big")))
 	rs := b.ranges("big")
 	part := int64(DefaultStartWindow / partsPerWindow) // 4 MiB
 	require.Greater(t, len(rs), partsPerWindow)
 	assert.Equal(t, uint64(MiB), rs[0].Start, "readahead starts after the read")
+	assert.Equal(t, part/partsPerWindow, int64(rs[0].Len()), "the head is a sixteenth of a part")
 	var sum int64
 	for k, r := range rs {
 		n := int64(r.Len())
 		sum += n
-		want := min(part, int64(k+1)*part/partsPerWindow)
 		if k > 0 {
 			require.Equal(t, rs[k-1].Limit, r.Start, "parts are contiguous")
 		}
-		// The k-th part is at most (k+1)/16 of a part (cut shorter where
-		// it meets a part boundary).
-		assert.LessOrEqual(t, n, want, "part %d", k)
+		if k < partsPerWindow {
+			// About (k+1)/16 of a part: cut there, or on to the part
+			// boundary when less than that would be left before it.
+			graded := int64(k+1) * part / partsPerWindow
+			assert.Less(t, n, 2*graded, "part %d", k)
+		} else {
+			assert.Zero(t, r.Limit%uint64(part), "part %d ends on a part boundary", k)
+		}
 	}
-	assert.Equal(t, part/partsPerWindow, int64(rs[0].Len()), "the head is a sixteenth of a part")
-	assert.Equal(t, part, int64(rs[len(rs)-1].Len()), "whole parts once the queue is long")
+	assert.Equal(t, part, int64(rs[len(rs)-1].Len()), "whole parts after the first window")
 	assert.Greater(t, sum, int64(DefaultStartWindow)-part, "the first window reaches StartWindow past the read (but for a sliver)")
 	assert.LessOrEqual(t, sum, int64(DefaultStartWindow))
+}
+
+// TestGradedPartsOnlyAtStart: a reader slower than the store has nothing
+// in flight at each of its reads; its parts are still whole parts, not a
+// new graded ramp every time (which made about three requests per MiB).
+func TestGradedPartsOnlyAtStart(t *testing.T) {
+	b := newFakeBucket()
+	cache := newMemCache(64 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: DefaultMemoryLimit})
+	const size = 256 << 20
+	obj := b.put("big", size)
+	h := f.Open(obj)
+	defer h.Close()
+	buf := make([]byte, MiB)
+	for off := int64(0); off < size; off += MiB {
+		_, err := h.ReadAt(context.Background(), buf, off)
+		require.NoError(t, err)
+		// The slow reader: everything issued completes before the next read.
+		require.Eventually(t, func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return len(h.det.streams) == 0 || h.det.streams[0].inflight == 0
+		}, 5*time.Second, time.Millisecond)
+	}
+	n := len(b.ranges("big"))
+	// Whole 4 MiB parts, plus the graded first window and the first read.
+	assert.LessOrEqual(t, n, size/DefaultPartSize+2*partsPerWindow, "store requests for %d MiB", size>>20)
+	t.Logf("%d store requests for %d MiB", n, size>>20)
+}
+
+// TestJumpDoesNotGrowWindow: a read that jumps into the prefetched range
+// moves the stream's cursor without being a step; the completions of
+// its parts must not grow the window on that account.
+func TestJumpDoesNotGrowWindow(t *testing.T) {
+	b := newFakeBucket()
+	cache := newMemCache(64 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: DefaultMemoryLimit})
+	obj := b.put("big", 1<<30)
+	h := f.Open(obj)
+	defer h.Close()
+	buf := make([]byte, 512*KiB)
+	_, err := h.ReadAt(context.Background(), buf, 0) // a header read at offset 0
+	require.NoError(t, err)
+	h.mu.Lock()
+	s := h.det.streams[0]
+	w := s.window
+	h.mu.Unlock()
+	// A record read 40 MiB in, inside the prefetched range.
+	_, err = h.ReadAt(context.Background(), buf, 40*MiB)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return s.inflight == 0 }, 5*time.Second, time.Millisecond)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Equal(t, w, s.window, "the window did not grow")
 }
 
 func TestWindowShrinks(t *testing.T) {

@@ -163,8 +163,10 @@ func (h *Handle) prefetch(s *stream, n int64) {
 	}
 	// The window grows once readahead has started and the reader has
 	// consumed a quarter of it since the last growth (a part's worth, the
-	// first time, from offset 0).
-	if s.frontier > 0 && s.next >= s.growAt && s.window < cfg.MaxWindow {
+	// first time, from offset 0). Only a step of the reader (n > 0) grows
+	// it: a read that jumped into the prefetched range moved next without
+	// being one, and a completing part must not turn that into growth.
+	if n > 0 && s.frontier > 0 && s.next >= s.growAt && s.window < cfg.MaxWindow {
 		s.window = min(2*s.window, cfg.MaxWindow)
 		s.growAt = s.next + s.window/4
 		if f.windowHist != nil {
@@ -198,12 +200,18 @@ func (h *Handle) prefetch(s *stream, n int64) {
 		// so arrive together: the reader waits for the first while the
 		// rest arrive, consumes them all at once, and they are issued
 		// again all at once, the link idle for a round trip each time.
-		// The k-th part in flight is at most k/partsPerWindow of a part
-		// instead, so a young window arrives head first and the rest one
-		// after another, each completion making room for one more part
-		// while the others keep the link busy.
-		graded := max(f.bs, alignDown(int64(s.parts+1)*partSize/partsPerWindow, f.bs))
-		boundary = min(boundary, s.frontier+graded)
+		// So a stream's k-th part (of its first partsPerWindow) is about
+		// k/partsPerWindow of a part: the first window arrives head first
+		// and the rest one after another, each completion making room for
+		// one more part while the others keep the link busy, and the
+		// stream stays staggered from then on. A graded cut that would
+		// leave less than itself before the part boundary takes the rest.
+		if s.issued < partsPerWindow {
+			graded := max(f.bs, alignDown(int64(s.issued+1)*partSize/partsPerWindow, f.bs))
+			if s.frontier+2*graded <= boundary {
+				boundary = s.frontier + graded
+			}
+		}
 		end := min(boundary, target)
 		if end < boundary && end < size {
 			break
@@ -262,7 +270,7 @@ func (h *Handle) issue(s *stream, from, to int64) bool {
 		p.stream = s
 		p.ctx, p.cancel = context.WithCancel(s.ctx)
 		s.inflight += p.end - p.start
-		s.parts++
+		s.issued++
 		f.launch(p)
 	}
 	return true
@@ -276,7 +284,6 @@ func (h *Handle) readaheadDone(p *part) {
 	defer h.mu.Unlock()
 	s := p.stream
 	s.inflight -= p.end - p.start
-	s.parts--
 	if h.closed.Load() || s.ctx.Err() != nil || h.f.cache == nil || p.err != nil {
 		return
 	}
