@@ -141,12 +141,21 @@ var errNoFusectl = errors.New("no FUSE control directory")
 // connectionDir is dir's FUSE connection in fusectl, named by the kernel's
 // device number of the mount (major << 20 | minor; FUSE's major is 0).
 func connectionDir(dir string) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	major, minor, err := mountDev(dir)
+	if err != nil {
 		return "", err
 	}
+	return filepath.Join(fuseConnections, strconv.FormatUint(uint64(major)<<20|uint64(minor), 10)), nil
+}
+
+// mountDev is the device number of the file system mounted at dir.
+func mountDev(dir string) (major, minor uint32, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, 0, err
+	}
 	dev := uint64(st.Dev)
-	return filepath.Join(fuseConnections, strconv.FormatUint(uint64(unix.Major(dev))<<20|uint64(unix.Minor(dev)), 10)), nil
+	return unix.Major(dev), unix.Minor(dev), nil
 }
 
 // setMaxBackground raises the kernel's queue of async requests for the
@@ -171,13 +180,11 @@ func setMaxBackground(dir string, n int) error {
 // bdiPath is the sysfs file of the mount's readahead: fuse registers its
 // backing device as "<major>:<minor>" of the mount's st_dev.
 func bdiPath(dir string) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	major, minor, err := mountDev(dir)
+	if err != nil {
 		return "", err
 	}
-	dev := uint64(st.Dev)
-	return filepath.Join("/sys/class/bdi",
-		fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev)), "read_ahead_kb"), nil
+	return filepath.Join("/sys/class/bdi", fmt.Sprintf("%d:%d", major, minor), "read_ahead_kb"), nil
 }
 
 func setReadAhead(dir string, kb int) error {

@@ -152,7 +152,7 @@ func (h *Handle) prefetch(s *stream, n int64) {
 		s.window = min(s.window, cfg.MaxWindow)
 		s.growAt = s.next + s.window/4
 		if s.fromStart {
-			s.window = max(s.window, min(cfg.StartWindow, cfg.MaxWindow, alignDown(size/4, f.bs)))
+			s.window = max(s.window, min(cfg.StartWindow, alignDown(size/4, f.bs)))
 			// A file read from its start grows at its first part's
 			// worth of progress: with graded parts (below) the reader
 			// gets its first bytes long before the window has arrived,
