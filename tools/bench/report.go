@@ -188,8 +188,11 @@ type Paired struct {
 	Ratios   []float64 `json:"ratios"`
 	Median   float64   `json:"median"`
 	// StoreRequests made during ferry's reads: 0 when the cache served
-	// them all.
+	// them all. StoreBytes is what they carried: a few requests with
+	// almost no bytes are metadata (a lookup after --metadata-ttl ran
+	// out), not data fetched again.
 	StoreRequests int64 `json:"store_requests"`
+	StoreBytes    int64 `json:"store_bytes"`
 	// Error: a read failed (the pairs stop there; the failed pair is not
 	// in Ratios), or the sample of bytes checked through the mount after
 	// the pairs was wrong.
@@ -202,7 +205,7 @@ func pairedMarkdown(ps []Paired) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\nWarm reads in pairs: each workload read again, alternately on local disk and through ferry (page cache dropped before each read; which goes first is swapped every pair). The warm targets use the median ratio.\n\n| workload | ferry / local MiB/s, pair by pair | ratios | median | store requests |\n|---|---|---|--:|--:|\n")
+	b.WriteString("\nWarm reads in pairs: each workload read again, alternately on local disk and through ferry (page cache dropped before each read; which goes first is swapped every pair). The warm targets use the median ratio.\n\n| workload | ferry / local MiB/s, pair by pair | ratios | median | store requests | store MiB |\n|---|---|---|--:|--:|--:|\n")
 	for _, p := range ps {
 		var rates, ratios []string
 		for i := range p.Ratios {
@@ -224,7 +227,7 @@ func pairedMarkdown(ps []Paired) string {
 			}
 			med += fmt.Sprintf(" (local first %.0f%%, ferry first %.0f%%)", 100*median(first), 100*median(second))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", p.Workload, strings.Join(rates, ", "), strings.Join(ratios, ", "), med, p.StoreRequests)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %.1f |\n", p.Workload, strings.Join(rates, ", "), strings.Join(ratios, ", "), med, p.StoreRequests, float64(p.StoreBytes)/mib)
 	}
 	return b.String()
 }

@@ -310,7 +310,7 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 func (b *bench) pair(ctx context.Context, w Workload, m *Mount) {
 	p := Paired{Workload: w.Name}
 	b.logf("%s: %d warm reads in pairs, local disk and ferry alternately", w.Name, b.opts.Pairs)
-	read := func(root string) (rate float64, requests int64, ok bool) {
+	read := func(root string) (rate float64, store netem.Counters, ok bool) {
 		b.dropCaches()
 		var c0 netem.Counters
 		if b.remote != nil {
@@ -318,30 +318,32 @@ func (b *bench) pair(ctx context.Context, w Workload, m *Mount) {
 		}
 		r, err := w.Run(ctx, root, nil)
 		if b.remote != nil {
-			requests = b.remote.Proxy.Counters().Requests - c0.Requests
+			c1 := b.remote.Proxy.Counters()
+			store.Requests, store.BytesServed = c1.Requests-c0.Requests, c1.BytesServed-c0.BytesServed
 		}
 		if err != nil {
 			p.Error = fmt.Sprintf("%s: %v", root, err)
-			return 0, requests, false
+			return 0, store, false
 		}
-		return r.Rate(), requests, true
+		return r.Rate(), store, true
 	}
 	for i := 0; i < b.opts.Pairs && ctx.Err() == nil; i++ {
 		var local, ferry float64
-		var requests int64
+		var store netem.Counters
 		ok := true
 		if i%2 == 0 {
 			local, _, ok = read(b.opts.DataDir)
 			if ok {
-				ferry, requests, ok = read(m.Dir)
+				ferry, store, ok = read(m.Dir)
 			}
 		} else {
-			ferry, requests, ok = read(m.Dir)
+			ferry, store, ok = read(m.Dir)
 			if ok {
 				local, _, ok = read(b.opts.DataDir)
 			}
 		}
-		p.StoreRequests += requests
+		p.StoreRequests += store.Requests
+		p.StoreBytes += store.BytesServed
 		if !ok {
 			break
 		}

@@ -102,11 +102,11 @@ func TestMedian(t *testing.T) {
 func TestPairedMarkdown(t *testing.T) {
 	assert.Empty(t, pairedMarkdown(nil))
 	md := pairedMarkdown([]Paired{
-		{Workload: "seq-1", Local: []float64{1000 * mib, 800 * mib}, Ferry: []float64{900 * mib, 880 * mib}, Ratios: []float64{0.9, 1.1}, Median: 1.0},
+		{Workload: "seq-1", Local: []float64{1000 * mib, 800 * mib}, Ferry: []float64{900 * mib, 880 * mib}, Ratios: []float64{0.9, 1.1}, Median: 1.0, StoreRequests: 3, StoreBytes: mib / 2},
 		{Workload: "small-128k", Error: "read small/x: EIO"},
 	})
-	assert.Contains(t, md, "| seq-1 | 900 / 1000, 880 / 800 | 90%, 110% | 100% (local first 90%, ferry first 110%) | 0 |")
-	assert.Contains(t, md, "| small-128k |  |  | failed: read small/x: EIO | 0 |")
+	assert.Contains(t, md, "| seq-1 | 900 / 1000, 880 / 800 | 90%, 110% | 100% (local first 90%, ferry first 110%) | 3 | 0.5 |")
+	assert.Contains(t, md, "| small-128k |  |  | failed: read small/x: EIO | 0 | 0.0 |")
 }
 
 func TestMemoryLimitOf(t *testing.T) {
