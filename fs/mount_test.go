@@ -18,10 +18,12 @@ import (
 	"time"
 
 	"github.com/jacobsa/fuse"
+	"github.com/jacobsa/fuse/fuseops"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"ferry/bucket"
+	"ferry/bucket/file"
 )
 
 // maxReadTracker is a ContentReader wrapper recording the largest read the
@@ -510,4 +512,47 @@ func TestMountPublicAllowOther(t *testing.T) {
 	got, err := readFile(filepath.Join(dir, "f"))
 	require.NoError(t, err)
 	assert.Equal(t, "hi", string(got))
+}
+
+// A local directory as the source: an empty directory (or one holding only
+// what is not an object) is listed, and can be looked up and read, before
+// any listing and with no metadata cache at all; Put's temporary names are
+// never there, whatever was read before.
+func TestFileSourceEmptyDirectoryAndTempNames(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(root, "empty"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(root, "links"), 0o755))
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(root, "links", "l")))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "f"), []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, ".ferry-put-notes"), []byte("user"), 0o644))
+	b, err := file.New(root)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+
+	fsys := newTestFS(t, b, newFakeClock(), nil)
+	for _, name := range []string{"empty", "links"} {
+		_, err := lookUp(fsys, fuseops.RootInodeID, name)
+		assert.NoError(t, err, "lookup of %s before any listing", name)
+	}
+	_, err = lookUp(fsys, fuseops.RootInodeID, ".ferry-put-notes")
+	assert.ErrorIs(t, err, syscall.ENOENT)
+
+	dir, _ := mount(t, b, func(c *Config) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
+	es, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Name())
+	}
+	assert.Equal(t, []string{"empty", "f", "links"}, got)
+	for _, name := range []string{"empty", "links"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		require.NoError(t, err, name)
+		assert.True(t, fi.IsDir(), name)
+		inner, err := os.ReadDir(filepath.Join(dir, name))
+		require.NoError(t, err, name)
+		assert.Empty(t, inner, "%s: the marker is not an entry of its own directory", name)
+	}
+	_, err = os.Stat(filepath.Join(dir, ".ferry-put-notes"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }

@@ -38,9 +38,21 @@ var (
 // the cap on larger requests (as on GCS and S3).
 const DefaultMaxResults = 1000
 
-// tempPrefix starts the names of Put's temporary files. Listings skip
-// them, so a half-written object is never seen.
+// tempPrefix starts the names of Put's temporary files. No name with a
+// component that starts with it is an object, in listings or by name, so
+// a half-written object is never seen (nor is a file of the user's that
+// happens to be named so: one rule, whatever was read before).
 const tempPrefix = ".ferry-put-"
+
+// isTemp reports whether a component of name starts with tempPrefix.
+func isTemp(name string) bool {
+	for c := range strings.SplitSeq(name, "/") {
+		if strings.HasPrefix(c, tempPrefix) {
+			return true
+		}
+	}
+	return false
+}
 
 // Bucket is a directory tree seen as a bucket. Safe for concurrent use.
 type Bucket struct {
@@ -192,6 +204,9 @@ func (b *Bucket) Stat(ctx context.Context, req *bucket.StatRequest) (*bucket.Obj
 	if strings.HasSuffix(req.Name, "/") {
 		return nil, notFound("stat", req.Name, "directories are not objects")
 	}
+	if isTemp(req.Name) {
+		return nil, notFound("stat", req.Name, "a temporary file of Put")
+	}
 	fi, err := b.root.Lstat(req.Name)
 	if err != nil {
 		return nil, mapErr(ctx, "stat", req.Name, err)
@@ -218,6 +233,9 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 	}
 	if strings.HasSuffix(req.Name, "/") {
 		return nil, notFound("read", req.Name, "directories are not objects")
+	}
+	if isTemp(req.Name) {
+		return nil, notFound("read", req.Name, "a temporary file of Put")
 	}
 	// A symbolic link is not an object (os.Root would follow it, within
 	// the root). If the name is swapped for a link after this check, the
@@ -325,6 +343,9 @@ func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Lis
 		}
 	}
 	l := &bucket.Listing{Objects: []bucket.Object{}, Prefixes: []string{}}
+	if isTemp(dir) {
+		return l, nil
+	}
 	w := &walker{
 		ctx:     ctx,
 		b:       b,
@@ -358,6 +379,9 @@ type walker struct {
 type entry struct {
 	key   string // object name, or prefix ending in "/"
 	isDir bool
+	// marker: key is the directory being listed, which holds nothing
+	// listable (see walker.dir).
+	marker bool
 }
 
 // dir lists directory dir ("" for the root, else ending in "/"), keeping
@@ -371,9 +395,11 @@ func (w *walker) dir(dir, partial string) error {
 	if name == "" {
 		name = "."
 	}
+	var dirInfo fs.FileInfo
 	if name != "." {
 		// Listings never follow a symbolic link, not even inside the root.
 		fi, err := w.b.root.Lstat(name)
+		dirInfo = fi
 		if err != nil {
 			return mapErr(w.ctx, "list", dir, err)
 		}
@@ -404,6 +430,14 @@ func (w *walker) dir(dir, partial string) error {
 		}
 		// Symbolic links, devices, sockets and FIFOs are not objects.
 	}
+	if len(entries) == 0 && partial == "" && dirInfo != nil {
+		// A directory with nothing listable in it is shown as the stores
+		// show a folder made in their consoles: a zero-size marker
+		// object named like the prefix. Without it the parent would list
+		// the directory while a lookup of it (a listing of its prefix)
+		// found nothing there.
+		entries = append(entries, entry{key: dir, marker: true})
+	}
 	// Sorting by key ("a/" for a directory) gives the store's byte order:
 	// "a-b" < "a/x" < "a0".
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
@@ -431,9 +465,14 @@ func (w *walker) dir(dir, partial string) error {
 			w.listing.ContinuationToken = w.last
 			return nil
 		}
-		if e.isDir {
+		switch {
+		case e.marker:
+			w.listing.Objects = append(w.listing.Objects, bucket.Object{
+				Name: e.key, Version: version(dirInfo), Updated: dirInfo.ModTime(),
+			})
+		case e.isDir:
 			w.listing.Prefixes = append(w.listing.Prefixes, e.key)
-		} else {
+		default:
 			fi, err := w.b.root.Lstat(e.key)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {

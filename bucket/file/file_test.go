@@ -113,7 +113,8 @@ func TestNoEscape(t *testing.T) {
 	assert.Equal(t, []string{"sub/"}, l.Prefixes)
 	l, err = b.List(ctx, &bucket.ListRequest{})
 	require.NoError(t, err)
-	assert.Empty(t, l.Objects)
+	require.Len(t, l.Objects, 1, "only sub's marker: it holds nothing but a link")
+	assert.Equal(t, "sub/", l.Objects[0].Name)
 }
 
 func isInvalidOrNotFound(err error) bool {
@@ -144,6 +145,15 @@ func TestListSkipsNonRegularAndTempFiles(t *testing.T) {
 	require.Len(t, l.Objects, 1)
 	assert.Equal(t, "file", l.Objects[0].Name)
 	assert.Equal(t, []string{"empty/"}, l.Prefixes, "a directory on disk is a prefix, even empty")
+	// ... and, like a folder made in a store's console, a marker object
+	// under its own prefix, so that its listing is not empty.
+	l, err = b.List(t.Context(), &bucket.ListRequest{Prefix: "empty/", Delimiter: "/"})
+	require.NoError(t, err)
+	require.Len(t, l.Objects, 1)
+	assert.Equal(t, "empty/", l.Objects[0].Name)
+	assert.Zero(t, l.Objects[0].Size)
+	assert.NotEmpty(t, l.Objects[0].Version)
+	assert.Empty(t, l.Prefixes)
 
 	_, err = b.Stat(t.Context(), &bucket.StatRequest{Name: "fifo"})
 	assert.ErrorIs(t, err, bucket.ErrNotFound)
@@ -284,4 +294,75 @@ func TestMapErr(t *testing.T) {
 		assert.ErrorIs(t, err, want, "%v", errno)
 		assert.ErrorIs(t, err, errno, "the original stays visible")
 	}
+}
+
+func TestEmptyDirectoryMarker(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a", "empty"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a", "links"), 0o755))
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "a", "links", "l")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a", "f"), []byte("x"), 0o644))
+	b, _ := newBucket(t, dir)
+	ctx := t.Context()
+
+	names := func(l *bucket.Listing) []string {
+		var out []string
+		for _, o := range l.Objects {
+			out = append(out, o.Name)
+		}
+		return out
+	}
+	// A directory holding only what is not an object (a symbolic link)
+	// counts as empty too.
+	for _, p := range []string{"a/empty/", "a/links/"} {
+		l, err := b.List(ctx, &bucket.ListRequest{Prefix: p, Delimiter: "/"})
+		require.NoError(t, err)
+		assert.Equal(t, []string{p}, names(l), p)
+	}
+	// Not for a directory with something in it, nor for a partial name.
+	l, err := b.List(ctx, &bucket.ListRequest{Prefix: "a/", Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a/f"}, names(l))
+	assert.Equal(t, []string{"a/empty/", "a/links/"}, l.Prefixes)
+	l, err = b.List(ctx, &bucket.ListRequest{Prefix: "a/emp", Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Empty(t, l.Objects)
+	assert.Equal(t, []string{"a/empty/"}, l.Prefixes)
+	// A flat listing shows the markers in order, and pages across them.
+	l, err = b.List(ctx, &bucket.ListRequest{Prefix: "a/"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a/empty/", "a/f", "a/links/"}, names(l))
+	l, err = b.List(ctx, &bucket.ListRequest{Prefix: "a/", MaxResults: 1})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a/empty/"}, names(l))
+	l, err = b.List(ctx, &bucket.ListRequest{Prefix: "a/", MaxResults: 1, ContinuationToken: l.ContinuationToken})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a/f"}, names(l), "the marker is not listed again after its token")
+	// A missing directory is an empty listing, with no marker.
+	l, err = b.List(ctx, &bucket.ListRequest{Prefix: "nope/", Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Empty(t, l.Objects)
+}
+
+func TestTempNamesAreNeverObjects(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, tempPrefix+"notes"), []byte("user data"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, tempPrefix+"d"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, tempPrefix+"d", "f"), []byte("x"), 0o644))
+	b, _ := newBucket(t, dir)
+	ctx := t.Context()
+	// Hidden by name as in listings, whatever was read before.
+	for _, name := range []string{tempPrefix + "notes", tempPrefix + "d/f"} {
+		_, err := b.Stat(ctx, &bucket.StatRequest{Name: name})
+		assert.ErrorIs(t, err, bucket.ErrNotFound, name)
+		_, err = readAll(t, b, &bucket.ReadRequest{Name: name, Range: bucket.ByteRange{Limit: 1}})
+		assert.ErrorIs(t, err, bucket.ErrNotFound, name)
+	}
+	l, err := b.List(ctx, &bucket.ListRequest{Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Empty(t, l.Objects)
+	assert.Empty(t, l.Prefixes)
+	l, err = b.List(ctx, &bucket.ListRequest{Prefix: tempPrefix + "d/", Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Empty(t, l.Objects)
 }
