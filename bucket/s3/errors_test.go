@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -369,4 +370,65 @@ func TestEndpointValidation(t *testing.T) {
 	}
 	_, err := New(t.Context(), Config{Bucket: "b", Endpoint: "https://s3.example.com:9000", Anonymous: true})
 	require.NoError(t, err)
+}
+
+// listingXML is a ListObjectsV2 answer with keys and prefixes as given
+// (already encoded, if encoding is "url").
+func listingXML(encoding string, keys, prefixes []string) string {
+	var sb strings.Builder
+	sb.WriteString(`<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>fake</Name><Prefix>d/</Prefix><MaxKeys>1000</MaxKeys><Delimiter>/</Delimiter><IsTruncated>false</IsTruncated>`)
+	if encoding != "" {
+		fmt.Fprintf(&sb, `<EncodingType>%s</EncodingType>`, encoding)
+	}
+	for _, k := range keys {
+		fmt.Fprintf(&sb, `<Contents><Key>%s</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><ETag>"abc"</ETag><Size>3</Size></Contents>`, k)
+	}
+	for _, p := range prefixes {
+		fmt.Fprintf(&sb, `<CommonPrefixes><Prefix>%s</Prefix></CommonPrefixes>`, p)
+	}
+	sb.WriteString(`</ListBucketResult>`)
+	return sb.String()
+}
+
+// TestListURLEncoding: listings ask for URL-encoded names, so a key XML
+// cannot carry (U+0001) does not fail its page; names are decoded only
+// when the store says it encoded them.
+func TestListURLEncoding(t *testing.T) {
+	names := func(l *bucket.Listing) (out []string) {
+		for _, o := range l.Objects {
+			out = append(out, o.Name)
+		}
+		return out
+	}
+	b := fakeBucket(t, func(w http.ResponseWriter, r *http.Request) {
+		// What AWS answers: without encoding-type, U+0001 as a character
+		// reference, which is not well-formed XML 1.0.
+		if r.URL.Query().Get("encoding-type") != "url" {
+			fmt.Fprint(w, listingXML("", []string{"d/good1", "d/bad&#x1;name"}, nil))
+			return
+		}
+		fmt.Fprint(w, listingXML("url", []string{"d/good1", "d/bad%01name", "d/a+b", "d/plus%2B", "d/100%25"}, []string{"d/sub%20dir/"}))
+	}, nil)
+	l, err := b.List(t.Context(), &bucket.ListRequest{Prefix: "d/", Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"d/good1", "d/bad\x01name", "d/a b", "d/plus+", "d/100%"}, names(l))
+	assert.Equal(t, []string{"d/sub dir/"}, l.Prefixes)
+
+	// A store that ignores the request: names as sent.
+	raw := fakeBucket(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, listingXML("", []string{"d/100%", "d/a+b"}, []string{"d/x%20y/"}))
+	}, nil)
+	l, err = raw.List(t.Context(), &bucket.ListRequest{Prefix: "d/", Delimiter: "/"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"d/100%", "d/a+b"}, names(l))
+	assert.Equal(t, []string{"d/x%20y/"}, l.Prefixes)
+
+	// An encoded listing with a name that does not decode is the store's
+	// fault, and said so.
+	bad := fakeBucket(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, listingXML("url", []string{"d/bad%zz"}, nil))
+	}, nil)
+	_, err = bad.List(t.Context(), &bucket.ListRequest{Prefix: "d/", Delimiter: "/"})
+	assert.ErrorIs(t, err, bucket.ErrUnavailable)
+	assert.ErrorContains(t, err, "undecodable name")
 }

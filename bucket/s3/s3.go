@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	s3sdk "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"ferry/bucket"
 )
@@ -208,7 +209,12 @@ func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Lis
 	if req.MaxResults < 0 {
 		return nil, fmt.Errorf("s3: list: MaxResults %d: %w", req.MaxResults, bucket.ErrInvalid)
 	}
-	in := &s3sdk.ListObjectsV2Input{Bucket: &b.bucket}
+	// URL-encoded keys: XML 1.0 cannot carry some characters a key may
+	// hold (U+0001, U+FFFF, ...), and S3 would otherwise send them as
+	// character references Go's XML decoder rejects, failing the page and
+	// with it every valid name on it. Decoded only if the store says it
+	// encoded them (some S3-compatible stores ignore the request).
+	in := &s3sdk.ListObjectsV2Input{Bucket: &b.bucket, EncodingType: types.EncodingTypeUrl}
 	if req.Prefix != "" {
 		in.Prefix = aws.String(req.Prefix)
 	}
@@ -225,17 +231,36 @@ func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Lis
 	if err != nil {
 		return nil, b.translate(ctx, "list", req.Prefix, err)
 	}
+	name := func(s *string) (string, error) {
+		if out.EncodingType != types.EncodingTypeUrl {
+			return aws.ToString(s), nil
+		}
+		n, err := url.QueryUnescape(aws.ToString(s))
+		if err != nil {
+			return "", fmt.Errorf("s3: list %s/%s: undecodable name %q in a URL-encoded listing: %w",
+				b.name, req.Prefix, aws.ToString(s), bucket.ErrUnavailable)
+		}
+		return n, nil
+	}
 	l := &bucket.Listing{}
 	for _, o := range out.Contents {
+		n, err := name(o.Key)
+		if err != nil {
+			return nil, err
+		}
 		l.Objects = append(l.Objects, bucket.Object{
-			Name:    aws.ToString(o.Key),
+			Name:    n,
 			Size:    uint64(max(aws.ToInt64(o.Size), 0)),
 			Version: versionOf(o.ETag),
 			Updated: aws.ToTime(o.LastModified),
 		})
 	}
 	for _, p := range out.CommonPrefixes {
-		l.Prefixes = append(l.Prefixes, aws.ToString(p.Prefix))
+		n, err := name(p.Prefix)
+		if err != nil {
+			return nil, err
+		}
+		l.Prefixes = append(l.Prefixes, n)
 	}
 	if aws.ToBool(out.IsTruncated) {
 		l.ContinuationToken = aws.ToString(out.NextContinuationToken)
