@@ -233,7 +233,9 @@ func (fs *fileSystem) countHidden(path string) {
 		fs.hiddenMetric.Inc()
 	}
 	if fs.hiddenLogged.CompareAndSwap(false, true) {
-		fs.log.Debug("hiding object names that cannot be POSIX names (logged once; see ferry_fs_hidden_names_total)",
+		// Warn, once: the objects are in the bucket but not in the tree,
+		// and at debug level nobody would learn why.
+		fs.log.Warn("hiding object names that cannot be POSIX names (logged once; see ferry_fs_hidden_names_total)",
 			"example", path)
 	}
 }

@@ -1,11 +1,13 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -690,4 +692,25 @@ func TestMetrics(t *testing.T) {
 	assert.Error(t, err, "a second registration on the same registry is refused")
 	_, err = newFileSystem(Config{Bucket: b}, nil)
 	assert.Error(t, err)
+}
+
+// Hidden names are logged once, as a warning: the objects are in the
+// bucket but not in the tree, and the default log level must say so.
+func TestHiddenNamesWarnOnce(t *testing.T) {
+	b := newTestBucket()
+	b.put("a//b", []byte("x"))
+	b.put("c/./d", []byte("x"))
+	b.put("ok", []byte("x"))
+	var logs bytes.Buffer
+	fs := newTestFS(t, b, newFakeClock(), func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	assert.Equal(t, []string{"a", "c", "ok"}, names(readDir(t, fs, fuseops.RootInodeID, 4096, false)))
+	for _, dir := range []string{"a", "c"} {
+		e, err := lookUp(fs, fuseops.RootInodeID, dir)
+		require.NoError(t, err)
+		assert.Empty(t, readDir(t, fs, e.Child, 4096, false))
+	}
+	assert.Equal(t, uint64(2), fs.hiddenNames())
+	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN msg=\"hiding object names"), logs.String())
 }
