@@ -2,6 +2,7 @@ package filecache
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -88,30 +89,42 @@ func (s *Store) flush() error {
 		}
 	}
 	if err == nil {
-		err = s.db.Update(func(tx *bolt.Tx) error {
-			eb, ab := tx.Bucket(entriesBucket), tx.Bucket(atimeBucket)
-			for _, k := range dels {
-				if err := eb.Delete(k); err != nil {
-					return err
+		err = guard(func() error {
+			return s.db.Update(func(tx *bolt.Tx) error {
+				if s.hooks.inCommit != nil {
+					s.hooks.inCommit()
 				}
-				if err := ab.Delete(k); err != nil {
-					return err
-				}
-			}
-			for _, p := range puts {
-				if p.meta != nil {
-					if err := eb.Put(p.key, p.meta); err != nil {
+				eb, ab := tx.Bucket(entriesBucket), tx.Bucket(atimeBucket)
+				for _, k := range dels {
+					if err := eb.Delete(k); err != nil {
+						return err
+					}
+					if err := ab.Delete(k); err != nil {
 						return err
 					}
 				}
-				if p.writeAtime {
-					if err := ab.Put(p.key, p.atime[:]); err != nil {
-						return err
+				for _, p := range puts {
+					if p.meta != nil {
+						if err := eb.Put(p.key, p.meta); err != nil {
+							return err
+						}
+					}
+					if p.writeAtime {
+						if err := ab.Put(p.key, p.atime[:]); err != nil {
+							return err
+						}
 					}
 				}
-			}
-			return nil
+				return nil
+			})
 		})
+		if errors.Is(err, errIndexDamaged) {
+			// The failed work is put back below and written, with
+			// everything else, to the new index by the next flush.
+			if rerr := s.rebuildIndex(err); rerr != nil {
+				err = fmt.Errorf("%w; rebuilding it: %w", err, rerr)
+			}
+		}
 	}
 	if err == nil {
 		s.mu.Lock()

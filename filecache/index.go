@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"runtime/debug"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -118,14 +121,69 @@ type loadedEntry struct {
 	atime int64
 }
 
+// errIndexDamaged: bbolt panicked, or faulted reading its memory map, on
+// a damaged page. Seen at open, the index is moved aside; seen in a later
+// commit, it is rebuilt from memory (see Store.rebuildIndex).
+var errIndexDamaged = errors.New("cache index damaged")
+
+// guard runs fn, an index operation, and turns bbolt's panics on damaged
+// pages into errIndexDamaged. Damage can also make bbolt read outside its
+// memory map, which kills a Go process outright ("fatal error: fault")
+// unless the goroutine asked for a panic instead: guard asks, for fn's
+// duration. Without this a damaged index crashed ferry at every start.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errIndexDamaged, r)
+		}
+	}()
+	return fn()
+}
+
+// envError reports whether err, from opening the index, says something
+// about the machine (permissions, a read-only or full volume, no
+// descriptors or memory) rather than about the file's contents. Such an
+// index is left alone: moving it aside would throw a good cache away.
+func envError(err error) bool {
+	if errors.Is(err, fs.ErrPermission) {
+		return true
+	}
+	for _, e := range []syscall.Errno{syscall.EROFS, syscall.ENOSPC, syscall.EDQUOT, syscall.EMFILE,
+		syscall.ENFILE, syscall.ENOMEM, syscall.EIO, syscall.ELOOP, syscall.ENOTDIR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // openIndex opens (or creates) the bbolt index at path and reads every
 // entry. A file bbolt cannot open or walk is corrupt: it is moved aside to
 // path+".corrupt" and a fresh index started, because a damaged cache must
 // never stop the mount; the data files it described become orphans and
 // are removed by the caller. Records that do not decode are returned in
-// bad so the caller deletes them. Only a lock held by another process is
-// an error: two ferry processes must not share one cache directory.
+// bad so the caller deletes them. A lock held by another process (two
+// ferry processes must not share one cache directory) and an index the
+// machine will not let us open (envError) are errors, and nothing is
+// moved or deleted.
 func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
+	// bbolt checks an index in a goroutine of its own, where a fault on a
+	// damaged page kills the process (guard cannot reach it). A marker
+	// left by an open that never finished says so at the next start,
+	// which moves the index aside rather than die on it again. (The
+	// caller holds the directory's lock: no other process is opening.)
+	marker := path + ".opening"
+	if _, err := os.Lstat(marker); err == nil {
+		if err := moveAside(path, logf, "cache index: the last start died opening it; moving it aside and starting an empty cache",
+			errors.New("open did not finish")); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return nil, nil, nil, fmt.Errorf("open cache index %s: %w", path, err)
+	}
+	defer os.Remove(marker)
 	for attempt := 0; attempt < 2; attempt++ {
 		db, rows, bad, err = tryOpenIndex(path)
 		if err == nil {
@@ -134,33 +192,59 @@ func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, ro
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, nil, nil, fmt.Errorf("cache index %s is locked by another process: %w", path, err)
 		}
+		if envError(err) && !errors.Is(err, errIndexDamaged) {
+			return nil, nil, nil, fmt.Errorf("open cache index %s: %w", path, err)
+		}
 		if attempt == 1 {
 			break
 		}
-		aside := path + ".corrupt"
-		logf("cache index is corrupt; moving it aside and starting an empty cache", "path", path, "moved_to", aside, "err", err)
-		if rerr := os.Rename(path, aside); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			if rerr := os.Remove(path); rerr != nil {
-				return nil, nil, nil, fmt.Errorf("remove corrupt cache index: %w", rerr)
-			}
+		if err := moveAside(path, logf, "cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	return nil, nil, nil, fmt.Errorf("open cache index %s: %w", path, err)
 }
 
-// tryOpenIndex turns bbolt's panics on damaged pages into errors: they are
-// how it reports some kinds of corruption.
-func tryOpenIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if db != nil {
-				db.Close()
-			}
-			db, rows, bad = nil, nil, nil
-			err = fmt.Errorf("index panicked while loading: %v", r)
+// moveAside moves the corrupt index at path to path+".corrupt" (one
+// earlier copy is replaced), or removes it if it cannot be moved.
+func moveAside(path string, logf func(msg string, args ...any), msg string, why error) error {
+	aside := path + ".corrupt"
+	logf(msg, "path", path, "moved_to", aside, "err", why)
+	if rerr := os.Rename(path, aside); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		if rerr := os.Remove(path); rerr != nil {
+			return fmt.Errorf("remove corrupt cache index: %w", rerr)
 		}
-	}()
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	}
+	return nil
+}
+
+// openNoFollow opens the index file itself, never a symbolic link put in
+// its place (a root ferry would otherwise write wherever it points).
+func openNoFollow(name string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(name, flag|syscall.O_NOFOLLOW, perm)
+}
+
+// tryOpenIndex opens and reads the index under guard: bbolt's panics on
+// damaged pages are how it reports some kinds of corruption.
+func tryOpenIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
+	err = guard(func() error {
+		db, rows, bad, err = readIndex(path)
+		return err
+	})
+	if err != nil && db != nil {
+		_ = guard(db.Close)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return db, rows, bad, nil
+}
+
+// readIndex opens the index and reads every entry. It closes the database
+// on the errors it returns; if bbolt panics, db is left set (and open)
+// for tryOpenIndex to close.
+func readIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
 	if err != nil {
 		return nil, nil, nil, err
 	}

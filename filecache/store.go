@@ -120,6 +120,9 @@ type hooks struct {
 	syncData func(dir *os.File) error
 	// beforeRead runs after ReadBlocks pinned its entry, before the pread.
 	beforeRead func()
+	// inCommit runs inside flush's index transaction (tests make it panic
+	// as bbolt does on a damaged page).
+	inCommit func()
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -197,6 +200,7 @@ type Store struct {
 	fsBlock   int64 // allocation unit, for estimating a write's space
 	db        *bolt.DB
 	dirFile   *os.File // Dir/v1, for syncfs
+	lock      *os.File // Dir/v1/lock, flock'ed while open
 
 	flushMu   sync.Mutex    // serialises index commits
 	lastSync  time.Time     // GUARDED_BY(flushMu)
@@ -306,12 +310,31 @@ func open(cfg Config, h hooks) (*Store, error) {
 		deleted:     map[string]struct{}{},
 		loggedKinds: map[string]bool{},
 	}
-	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
+	// Nothing is created below v1 before v1 is known to be ours.
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("create cache dir: %w", err)
+	}
+	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("create cache dir: %w", err)
+	}
+	if err := checkPrivate(root, s.dir); err != nil {
+		return nil, err
 	}
 	if err := os.Chmod(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
+	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create cache dir: %w", err)
+	}
+	if s.lock, err = lockDir(s.dir); err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			s.lock.Close()
+		}
+	}()
 	var st unix.Statfs_t
 	if unix.Statfs(s.dir, &st) == nil && st.Bsize > 0 {
 		s.fsBlock = int64(st.Bsize)
@@ -322,8 +345,20 @@ func open(cfg Config, h hooks) (*Store, error) {
 	}
 	s.db = db
 	if err := s.load(rows, bad); err != nil {
-		db.Close()
-		return nil, err
+		_ = guard(db.Close)
+		if !errors.Is(err, errIndexDamaged) {
+			return nil, err
+		}
+		// Damage that only a commit showed: start again with an empty
+		// index; every data file is then an orphan and goes.
+		if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
+			return nil, err
+		}
+		s.entries, s.byObj, s.lru, s.used = map[string]*entry{}, map[objKey]*entry{}, list.New(), 0
+		if err := s.load(nil, nil); err != nil {
+			s.db.Close()
+			return nil, err
+		}
 	}
 	avail, _, err := h.statfs(s.dir)
 	if err != nil {
@@ -349,6 +384,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 		return nil, err
 	}
 	go s.flusher()
+	opened = true
 	s.log.Info("cache opened", "dir", s.dir, "entries", len(s.entries), "used_bytes", s.used,
 		"limit_bytes", s.limit, "min_free_bytes", s.minFree, "block_size", s.blockSize)
 	return s, nil
@@ -415,19 +451,65 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 	if len(drop) == 0 {
 		return nil
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, k := range drop {
-			if err := tx.Bucket(entriesBucket).Delete([]byte(k)); err != nil {
-				return err
+	if err := guard(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			for _, k := range drop {
+				if err := tx.Bucket(entriesBucket).Delete([]byte(k)); err != nil {
+					return err
+				}
+				if err := tx.Bucket(atimeBucket).Delete([]byte(k)); err != nil {
+					return err
+				}
 			}
-			if err := tx.Bucket(atimeBucket).Delete([]byte(k)); err != nil {
-				return err
-			}
-		}
-		return nil
+			return nil
+		})
 	}); err != nil {
 		return fmt.Errorf("clean cache index: %w", err)
 	}
+	return nil
+}
+
+// freshIndex moves the damaged index aside (logging msg) and opens an
+// empty one in its place.
+func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
+	path := filepath.Join(s.dir, "index.db")
+	if err := moveAside(path, s.log.Error, msg, why); err != nil {
+		return nil, err
+	}
+	db, _, _, err := tryOpenIndex(path)
+	if err != nil {
+		return nil, fmt.Errorf("open cache index %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// rebuildIndex replaces an index that a commit found damaged with a fresh
+// one and marks every entry for the next flush: the index only mirrors
+// what memory holds, so nothing cached is lost. LOCKS_REQUIRED(flushMu)
+func (s *Store) rebuildIndex(why error) error {
+	_ = guard(s.db.Close)
+	db, err := s.freshIndex("cache index damaged; moving it aside and writing it again from memory", why)
+	if err != nil {
+		return err
+	}
+	s.db = db
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.entries {
+		if e.live {
+			e.metaDirty, e.atimeDirty = true, true
+			s.dirty[k] = e
+		}
+	}
+	// The new index holds none of the evicted keys: their deletions are
+	// committed.
+	for k, d := range s.deleting {
+		d.committed = true
+		if d.unlinked {
+			delete(s.deleting, k)
+		}
+	}
+	clear(s.deleted)
 	return nil
 }
 
@@ -1160,5 +1242,52 @@ func (s *Store) Close() error {
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
 	}
+	s.lock.Close() // and with it the flock
 	return err
+}
+
+// checkPrivate refuses a cache directory that another user could change
+// under a root ferry (swap in forged data files, or links to write
+// through): root must be ferry's own, or only writable by others with the
+// sticky bit set (as /tmp is: nobody can then rename what ferry made),
+// and dir (root/v1) ferry's own and a real directory.
+func checkPrivate(root, dir string) error {
+	uid := uint32(os.Geteuid())
+	var st unix.Stat_t
+	if err := unix.Stat(root, &st); err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o); give ferry a directory of its own",
+			root, bucket.ErrInvalid, st.Mode&0o7777)
+	}
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("cache dir %s: %w: not a directory (a symbolic link?)", dir, bucket.ErrInvalid)
+	}
+	if st.Uid != uid {
+		return fmt.Errorf("cache dir %s: %w: owned by uid %d, not by ferry's uid %d", dir, bucket.ErrInvalid, st.Uid, uid)
+	}
+	return nil
+}
+
+// lockDir takes an exclusive flock on dir/lock, so that a second ferry on
+// the same cache directory fails at once with a clear error, before it
+// touches the index (a start that finds the index half-opened by a crash
+// moves it aside: see openIndex).
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cache dir lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("cache dir %s is in use by another ferry process: %w", dir, err)
+		}
+		return nil, fmt.Errorf("cache dir lock: %w", err)
+	}
+	return f, nil
 }
