@@ -248,23 +248,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	)
 	blockSize := int64(0) // readahead's own default without a disk cache
 	if cfg.CacheDir != "" {
-		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
-			return &flags.OptionError{Option: "cache-dir", Err: err}
-		}
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(cfg.CacheDir, &st); err != nil {
-			return &flags.OptionError{Option: "cache-dir", Err: err}
-		}
-		maxSize, minFree := cfg.CacheBudget(st.Blocks * uint64(st.Bsize))
-		store, err := filecache.Open(filecache.Config{
-			Dir:        cfg.CacheDir,
-			MaxSize:    maxSize,
-			MinFree:    minFree,
-			BlockSize:  cfg.CacheBlockSize,
-			BucketID:   bucketID(cfg),
-			Logger:     logger,
-			Registerer: reg,
-		})
+		store, err := openCache(cfg, logger, reg)
 		switch {
 		case err != nil && cacheDiskFailed(err):
 			// A cache volume gone read-only or full must not stop the
@@ -393,4 +377,27 @@ func unmountRetry(dir string, attempts int, wait time.Duration) error {
 // the full source (with prefix), since object names are relative to it.
 func bucketID(cfg *flags.Config) string {
 	return cfg.Endpoint + "|" + cfg.Source
+}
+
+// openCache creates (if need be) and opens the disk cache. A new cache
+// directory on a read-only or full volume fails like an existing one
+// there: cacheDiskFailed tells, and the mount goes on without it.
+func openCache(cfg *flags.Config, logger *slog.Logger, reg prometheus.Registerer) (*filecache.Store, error) {
+	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+		return nil, err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(cfg.CacheDir, &st); err != nil {
+		return nil, err
+	}
+	maxSize, minFree := cfg.CacheBudget(st.Blocks * uint64(st.Bsize))
+	return filecache.Open(filecache.Config{
+		Dir:        cfg.CacheDir,
+		MaxSize:    maxSize,
+		MinFree:    minFree,
+		BlockSize:  cfg.CacheBlockSize,
+		BucketID:   bucketID(cfg),
+		Logger:     logger,
+		Registerer: reg,
+	})
 }

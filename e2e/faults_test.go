@@ -274,6 +274,13 @@ func TestCacheDirReadOnly(t *testing.T) {
 	assert.Equal(t, float64(1), m2.metric(t, "ferry_cache_disabled", nil))
 	assert.Positive(t, storeReads(t, m2))
 	assert.Equal(t, 1, logLines(t, m2, "disk cache unavailable"), "one log line")
+	m2.unmount(t)
+
+	// A cache directory not created yet on that volume: the same.
+	m3 := mount(t, s, "--cache-dir", filepath.Join(cacheDir, "new"), "--cache-min-free", "0", "--metrics-addr", freeAddr(t))
+	readAll(t, m3, a)
+	assert.Equal(t, float64(1), m3.metric(t, "ferry_cache_disabled", nil))
+	assert.Equal(t, 1, logLines(t, m3, "disk cache unavailable"), "one log line")
 }
 
 // TestCacheDiskFull: the cache directory is a small tmpfs that another
