@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -235,4 +236,59 @@ func TestCacheDirLockedByAnotherStore(t *testing.T) {
 	openT(t, Config{Dir: dir}, hooks{})
 	_, err := open(Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}, hooks{})
 	assert.ErrorContains(t, err, "in use by another ferry process")
+}
+
+// Writes that cannot create their data file store nothing, and so must
+// charge nothing, leave no entries behind and evict nobody (they charged
+// their estimate, and a cache at its cap evicted good entries for space
+// never used).
+func TestFailedCreateChargesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir, MaxSize: 16 * testBS}, hooks{})
+	good := obj("good", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(good, 0, blocksData(good, 0, 2, testBS)))
+	used := s.Stats().UsedBytes
+	data := filepath.Join(dir, "v1", "data")
+	require.NoError(t, os.Rename(data, data+".keep"))
+	require.NoError(t, os.WriteFile(data, nil, 0o600)) // nothing can be created below
+	for i := range 20 {
+		o := obj(fmt.Sprintf("o%d", i), 2*testBS)
+		assert.Zero(t, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	}
+	st := s.Stats()
+	assert.Equal(t, used, st.UsedBytes)
+	assert.EqualValues(t, 1, st.Entries)
+	assert.Zero(t, st.Evictions)
+	require.NoError(t, os.Remove(data))
+	require.NoError(t, os.Rename(data+".keep", data))
+	assert.True(t, readOK(t, s, good, 1), "the good entry is still there")
+	s.checkInvariants(t)
+}
+
+// A data file that cannot be opened (an I/O error, a mode changed behind
+// ferry's back) is a miss, logged once, and its entry goes, so that the
+// blocks are fetched and written again instead of missed forever.
+func TestUnopenableDataFileIsForgotten(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{}
+	s := openT(t, Config{Dir: dir, Logger: slog.New(rec)}, hooks{maxOpen: 1})
+	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+	require.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS))) // closes a's file (maxOpen 1)
+	// Root ignores modes; a directory in the file's place fails the
+	// open (EISDIR) for anyone.
+	path := s.pathFor(s.keyFor(a))
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, os.Mkdir(path, 0o700))
+	assert.False(t, readOK(t, s, a, 0))
+	assert.False(t, readOK(t, s, a, 1))
+	assert.Contains(t, rec.errors(), "cache file cannot be opened; its blocks are fetched again")
+	assert.Len(t, rec.errors(), 1, "logged once")
+	assert.False(t, s.HasBlock(a, 0), "the entry is gone")
+	assert.NoDirExists(t, path, "and what was in its file's place (an empty directory here)")
+	require.Eventually(t, func() bool {
+		require.NoError(t, s.flush()) // completes the eviction
+		return s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)) == 2
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.True(t, readOK(t, s, a, 1))
 }

@@ -684,8 +684,11 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	if dropped > 0 {
 		s.markDirtyLocked(e, true)
 	}
-	if errors.Is(err, fs.ErrNotExist) && e.live {
-		// The data file is gone (cache dir deleted?): forget the entry.
+	// The data file is gone (cache dir deleted?) or cannot be opened
+	// (its mode changed, an I/O error): forget the entry, so that its
+	// blocks are fetched and written again rather than missed forever.
+	lost := err != nil && !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) && !errors.Is(err, syscall.ENOMEM)
+	if lost && e.live {
 		finish = s.evictLocked(e)
 	}
 	if s.unpinLocked(e) {
@@ -699,8 +702,11 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 		s.logOnce("read: corrupt", "cache block failed its checksum; dropped and fetched again (logged once; see ferry_cache_corrupt_blocks_total)",
 			"object", e.name, "block", first+int64(slices.Index(corrupt, true)))
 	}
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		s.logOnce("read: missing", "cache file vanished (cache directory deleted?); its blocks are fetched again", "object", e.name)
+	case lost:
+		s.logOnce("read: unreadable", "cache file cannot be opened; its blocks are fetched again", "object", e.name, "err", err)
 	}
 	filled, hit := 0, int64(0)
 	for i, good := range ok {
@@ -808,11 +814,7 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	if k == 0 {
 		if isNew {
 			// Nothing fits: do not leave an empty entry behind.
-			s.lru.Remove(e.elem)
-			delete(s.entries, key)
-			delete(s.byObj, objKeyOf(obj))
-			delete(s.dirty, key)
-			e.live, e.elem = false, nil
+			s.abandonLocked(e)
 		}
 		s.mu.Unlock()
 		s.finishEvictions(victims)
@@ -879,9 +881,11 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 				excess, _ = s.makeRoomLocked(0, e, avail-grew)
 			}
 		} else {
-			// Charge our estimate; the last write in flight settles it.
-			s.used += need
-			e.bytes += need
+			// Charge our estimate for what we stored (nothing, if the
+			// file could not even be opened); the last write in flight
+			// settles it.
+			s.used += needs[stored]
+			e.bytes += needs[stored]
 		}
 		if stored > 0 {
 			s.markDirtyLocked(e, true)
@@ -890,9 +894,20 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	} else {
 		stored = 0 // evicted while we wrote; its file is going away
 	}
+	// Our new entry got nothing (its file could not be created or
+	// written): do not leave it behind, holding a place in the LRU. Not
+	// an eviction: its file, if any, is left for the key's next entry
+	// (removing it could race with that entry creating it).
+	abandon := isNew && e.live && e.pins == 1 && e.writing == 0 && e.bytes == 0 && e.present.count() == 0
+	var files openFiles
+	if abandon {
+		s.abandonLocked(e)
+		files = s.detachFileLocked(e)
+	}
 	kick := s.dirtyBlocks >= flushBlocks
-	finish := s.unpinLocked(e)
+	finish := s.unpinLocked(e) && !abandon
 	s.mu.Unlock()
+	files.close()
 	s.finishEvictions(excess)
 	if finish {
 		s.finishEvictions([]*entry{e})
@@ -981,6 +996,18 @@ func (s *Store) evictLocked(e *entry) *entry {
 		return e
 	}
 	return nil
+}
+
+// abandonLocked removes a new entry that never got a block, and so has no
+// file to delete: unlike an eviction it needs no deletion to complete
+// before the key is written again. (If a flush recorded it already, the
+// next start drops the record: its file is missing.) LOCKS_REQUIRED(s.mu)
+func (s *Store) abandonLocked(e *entry) {
+	s.lru.Remove(e.elem)
+	delete(s.entries, e.key)
+	delete(s.byObj, objKey{e.name, e.version, e.size})
+	delete(s.dirty, e.key)
+	e.live, e.elem = false, nil
 }
 
 // unpinLocked drops a pin and reports whether the caller must now finish
