@@ -292,3 +292,29 @@ func TestUnopenableDataFileIsForgotten(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.True(t, readOK(t, s, a, 1))
 }
+
+// Limits that leave no room are refused before anything is evicted: they
+// used to empty the cache at open and then store nothing, silently.
+func TestImpossibleLimitsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	a := obj("a", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+	require.NoError(t, s.Close())
+
+	base := Config{Dir: dir, BlockSize: testBS, BucketID: "mem://test"}
+	small := base
+	small.MaxSize = 1000
+	_, err := open(small, hooks{})
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorContains(t, err, "smaller than one cache block")
+
+	floor := base
+	floor.MinFree = 16 << 20
+	_, err = open(floor, hooks{statfs: func(string) (int64, int64, error) { return 4 << 20, 8 << 20, nil }})
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorContains(t, err, "could hold nothing")
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.True(t, readOK(t, s, a, 1), "nothing was evicted")
+}

@@ -267,6 +267,12 @@ func open(cfg Config, h hooks) (*Store, error) {
 	if cfg.MaxSize < 0 || cfg.MinFree < 0 {
 		return nil, fmt.Errorf("cache max size and min free must not be negative: %w", bucket.ErrInvalid)
 	}
+	// Limits that leave no room would empty the cache at open (it evicts
+	// down to them) and then store nothing, with no word why.
+	if cfg.MaxSize > 0 && cfg.MaxSize < cfg.BlockSize {
+		return nil, fmt.Errorf("cache size %d bytes is smaller than one cache block (%d bytes): %w",
+			cfg.MaxSize, cfg.BlockSize, bucket.ErrInvalid)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -313,6 +319,11 @@ func open(cfg Config, h hooks) (*Store, error) {
 	// Nothing is created below v1 before v1 is known to be ours.
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("create cache dir: %w", err)
+	}
+	if _, total, err := h.statfs(root); err == nil && cfg.MinFree >= total {
+		return nil, fmt.Errorf("cache min free %d bytes is not below the size of the cache's file system (%d bytes): "+
+			"the cache could hold nothing (a percentage, as --cache-min-free 10%%, scales with the volume): %w",
+			cfg.MinFree, total, bucket.ErrInvalid)
 	}
 	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create cache dir: %w", err)

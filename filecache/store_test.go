@@ -746,7 +746,9 @@ func TestEvictWhileReading(t *testing.T) {
 
 func TestNoEmptyEntryWhenNothingFits(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir, MaxSize: testBS / 2}, hooks{})
+	// Half a block free above the floor: not even one block fits.
+	free := hooks{statfs: func(string) (int64, int64, error) { return 1<<20 + testBS/2, 1 << 30, nil }}
+	s := openT(t, Config{Dir: dir, MinFree: 1 << 20}, free)
 	o := obj("o", 4*testBS)
 	assert.Zero(t, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
 	assert.Zero(t, s.Stats().Entries)

@@ -173,13 +173,13 @@ var Options = []Option{
 		Usage: "directory for the local disk cache (an SSD); no disk cache without it",
 		set:   func(c *Config, s string) error { return absPath(&c.CacheDir, s) }},
 	{Name: "cache-size", Fstab: "cache_size", Kind: Size, Default: "0", DefaultDoc: "0 (automatic)", Category: catCache,
-		Usage: "most bytes the disk cache may hold; 0 or empty takes 80% of the cache file system's free space at start plus what the cache already holds (--cache-min-free still applies)",
+		Usage: "most bytes the disk cache may hold, at least one cache block; 0 or empty takes 80% of the cache file system's free space at start plus what the cache already holds (--cache-min-free still applies)",
 		set: func(c *Config, s string) (err error) {
 			c.CacheSize, err = ParseSize(s)
 			return err
 		}},
 	{Name: "cache-min-free", Fstab: "cache_min_free", Kind: SizeOrPercent, Default: "5GiB", Category: catCache,
-		Usage: "free space to leave on the cache file system, as a size or a percentage of it (10%); the cache evicts to keep it",
+		Usage: "free space to leave on the cache file system, as a size or a percentage of it (10%); the cache evicts to keep it. A floor at or above the file system's size is refused (on a volume under 5GiB, give a percentage)",
 		set: func(c *Config, s string) (err error) {
 			c.CacheMinFree, c.CacheMinFreePercent, err = ParseSizeOrPercent(s)
 			return err
