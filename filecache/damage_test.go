@@ -318,3 +318,39 @@ func TestImpossibleLimitsRefused(t *testing.T) {
 	s = openT(t, Config{Dir: dir}, hooks{})
 	assert.True(t, readOK(t, s, a, 1), "nothing was evicted")
 }
+
+// With --cache-size above what the volume holds and no floor, a full
+// disk used to fail every later write and index commit (ENOSPC) while
+// nothing was evicted; writes now make room within the free space.
+func TestFullVolumeWithoutFloorEvicts(t *testing.T) {
+	mnt := t.TempDir()
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	const bs = 64 << 10
+	s, err := open(Config{Dir: filepath.Join(mnt, "cache"), MaxSize: 1 << 30, BlockSize: bs, BucketID: "b"}, hooks{})
+	require.NoError(t, err)
+	defer s.Close()
+	for i := range 10 {
+		o := obj(fmt.Sprintf("old%d", i), 4*bs)
+		require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, bs)))
+	}
+	require.NoError(t, s.flush())
+	stored := 0
+	for i := range 40 {
+		o := obj(fmt.Sprintf("new%d", i), 4*bs)
+		stored += s.WriteBlocks(o, 0, blocksData(o, 0, 4, bs))
+	}
+	assert.NoError(t, s.flush(), "the index still commits")
+	st := s.Stats()
+	t.Logf("stored %d of 160 blocks; %+v", stored, st)
+	assert.Greater(t, stored, 120)
+	assert.Positive(t, st.Evictions)
+	for i := 30; i < 40; i++ {
+		o := obj(fmt.Sprintf("new%d", i), 4*bs)
+		for b := range int64(4) {
+			readOK(t, s, o, b) // hits or misses, never wrong
+		}
+	}
+}

@@ -964,9 +964,13 @@ func (s *Store) writeFailed(err error) {
 func (s *Store) makeRoomLocked(need int64, keep *entry, avail int64) ([]*entry, func(int64) bool) {
 	// Evicted bytes count as free at once (pendingFree): the unlink
 	// happens outside the lock, maybe later if the file is pinned.
+	// A floor of 0 still keeps writes within the free space: with a
+	// --cache-size above what the volume has left, a full disk would
+	// otherwise fail every write (and index commit) with ENOSPC while
+	// nothing is evicted.
 	fit := func(n int64) bool {
 		return s.used+s.reserved+n <= s.limit &&
-			(s.minFree == 0 || avail+s.pendingFree-s.reserved-n >= s.minFree)
+			avail+s.pendingFree-s.reserved-n >= s.minFree
 	}
 	var victims []*entry
 	for el := s.lru.Back(); el != nil && !fit(need); {
