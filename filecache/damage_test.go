@@ -188,9 +188,9 @@ func TestIndexSymlinkNotFollowed(t *testing.T) {
 	assert.NoFileExists(t, victim)
 }
 
-// A cache directory other users could change under a root ferry is
-// refused with a clear error: writable by others without the sticky bit,
-// or a v1 that is not ferry's own or not a real directory.
+// A cache directory other users could change under a root ferry is made
+// private if ferry owns it, else refused with a clear error; so is a v1
+// that is not ferry's own or not a real directory.
 func TestCacheDirMustBePrivate(t *testing.T) {
 	cfg := func(dir string) Config {
 		return Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}
@@ -202,11 +202,24 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 		}
 		return err
 	}
+	// Ferry's own, but writable by all (an emptyDir): made private.
 	shared := t.TempDir()
 	require.NoError(t, os.Chmod(shared, 0o777))
-	err := open0(shared)
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
-	assert.ErrorContains(t, err, "writable by other users")
+	require.NoError(t, open0(shared))
+	fi, err := os.Stat(shared)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+	if os.Geteuid() == 0 {
+		// Someone else's and writable by all: refused, untouched.
+		require.NoError(t, os.Chmod(shared, 0o777))
+		require.NoError(t, os.Chown(shared, 65534, 65534))
+		err = open0(shared)
+		assert.ErrorIs(t, err, bucket.ErrInvalid)
+		assert.ErrorContains(t, err, "writable by other users")
+		fi, err := os.Stat(shared)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o777), fi.Mode().Perm())
+	}
 
 	sticky := t.TempDir()
 	require.NoError(t, os.Chmod(sticky, 0o777|os.ModeSticky))

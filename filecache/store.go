@@ -328,7 +328,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create cache dir: %w", err)
 	}
-	if err := checkPrivate(root, s.dir); err != nil {
+	if err := checkPrivate(root, s.dir, s.log); err != nil {
 		return nil, err
 	}
 	if err := os.Chmod(s.dir, 0o700); err != nil {
@@ -1288,20 +1288,28 @@ func (s *Store) Close() error {
 	return err
 }
 
-// checkPrivate refuses a cache directory that another user could change
-// under a root ferry (swap in forged data files, or links to write
-// through): root must be ferry's own, or only writable by others with the
-// sticky bit set (as /tmp is: nobody can then rename what ferry made),
-// and dir (root/v1) ferry's own and a real directory.
-func checkPrivate(root, dir string) error {
+// checkPrivate makes sure no other user can change the cache under a
+// root ferry (swap in forged data files, or links to write through). If
+// others may write to root, ferry makes it private (0700) when it owns it
+// (a Kubernetes emptyDir is created 0777), accepts it when the sticky bit
+// is set (as on /tmp: nobody can then rename what ferry made), and
+// refuses it otherwise. dir (root/v1) must be ferry's own and a real
+// directory.
+func checkPrivate(root, dir string, log *slog.Logger) error {
 	uid := uint32(os.Geteuid())
 	var st unix.Stat_t
 	if err := unix.Stat(root, &st); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
-		return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o); give ferry a directory of its own",
-			root, bucket.ErrInvalid, st.Mode&0o7777)
+		if st.Uid != uid {
+			return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o) and not ferry's to change (owner uid %d); give ferry a directory of its own",
+				root, bucket.ErrInvalid, st.Mode&0o7777, st.Uid)
+		}
+		if err := os.Chmod(root, 0o700); err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		log.Info("cache dir was writable by other users; made it private", "dir", root, "mode_was", fmt.Sprintf("%#o", st.Mode&0o7777))
 	}
 	if err := unix.Lstat(dir, &st); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
