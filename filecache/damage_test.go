@@ -131,11 +131,9 @@ func TestCommitPanicRebuildsIndex(t *testing.T) {
 	a, b := obj("a", 3*testBS), obj("b", 2*testBS)
 	require.Equal(t, 3, s.WriteBlocks(a, 0, blocksData(a, 0, 3, testBS)))
 	require.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS)))
-	err := s.flush()
-	require.ErrorIs(t, err, errIndexDamaged)
+	require.NoError(t, s.flush(), "the new index takes the commit at once")
 	assert.FileExists(t, filepath.Join(dir, "v1", "index.db.corrupt"))
 	assert.Contains(t, rec.errors(), "cache index damaged; moving it aside and writing it again from memory")
-	require.NoError(t, s.flush(), "the new index takes the commit")
 	for i := range int64(3) {
 		assert.True(t, readOK(t, s, a, i))
 	}
@@ -188,9 +186,10 @@ func TestIndexSymlinkNotFollowed(t *testing.T) {
 	assert.NoFileExists(t, victim)
 }
 
-// A cache directory other users could change under a root ferry is made
-// private if ferry owns it, else refused with a clear error; so is a v1
-// that is not ferry's own or not a real directory.
+// A cache directory other users could change under ferry is made
+// private if ferry owns it and it holds only the cache, else refused with
+// a clear error and left alone; so is one below a directory another user
+// owns, and a v1 that is not ferry's own or not a real directory.
 func TestCacheDirMustBePrivate(t *testing.T) {
 	cfg := func(dir string) Config {
 		return Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}
@@ -202,36 +201,49 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 		}
 		return err
 	}
-	// Ferry's own, but writable by all (an emptyDir): made private.
+	mode := func(dir string) os.FileMode {
+		fi, err := os.Stat(dir)
+		require.NoError(t, err)
+		return fi.Mode().Perm()
+	}
+	// Ferry's own, writable by all, holding nothing else (an emptyDir):
+	// made private.
 	shared := t.TempDir()
 	require.NoError(t, os.Chmod(shared, 0o777))
 	require.NoError(t, open0(shared))
-	fi, err := os.Stat(shared)
-	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
-	if os.Geteuid() == 0 {
-		// Someone else's and writable by all: refused, untouched.
-		require.NoError(t, os.Chmod(shared, 0o777))
-		require.NoError(t, os.Chown(shared, 65534, 65534))
-		err = open0(shared)
-		assert.ErrorIs(t, err, bucket.ErrInvalid)
-		assert.ErrorContains(t, err, "writable by other users")
-		fi, err := os.Stat(shared)
-		require.NoError(t, err)
-		assert.Equal(t, os.FileMode(0o777), fi.Mode().Perm())
-	}
+	assert.Equal(t, os.FileMode(0o700), mode(shared))
+
+	// Writable by all and shared with other work: refused, untouched.
+	busy := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(busy, "someone-elses"), nil, 0o644))
+	require.NoError(t, os.Chmod(busy, 0o777))
+	err := open0(busy)
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorContains(t, err, "holding more than the cache")
+	assert.Equal(t, os.FileMode(0o777), mode(busy))
 
 	sticky := t.TempDir()
 	require.NoError(t, os.Chmod(sticky, 0o777|os.ModeSticky))
 	assert.NoError(t, open0(sticky), "like /tmp: nobody can rename what ferry made")
 
 	if os.Geteuid() == 0 {
+		// Another user's directory (they could rename v1 whatever its
+		// mode), or a directory below one.
 		theirs := t.TempDir()
-		require.NoError(t, os.Mkdir(filepath.Join(theirs, "v1"), 0o700))
-		require.NoError(t, os.Chown(filepath.Join(theirs, "v1"), 65534, 65534))
+		require.NoError(t, os.Chown(theirs, 65534, 65534))
 		err = open0(theirs)
 		assert.ErrorIs(t, err, bucket.ErrInvalid)
 		assert.ErrorContains(t, err, "owned by uid 65534")
+		err = open0(filepath.Join(theirs, "cache"))
+		assert.ErrorIs(t, err, bucket.ErrInvalid)
+		assert.ErrorContains(t, err, "above it is owned by uid 65534")
+
+		v1theirs := t.TempDir()
+		require.NoError(t, os.Mkdir(filepath.Join(v1theirs, "v1"), 0o700))
+		require.NoError(t, os.Chown(filepath.Join(v1theirs, "v1"), 65534, 65534))
+		err = open0(v1theirs)
+		assert.ErrorIs(t, err, bucket.ErrInvalid)
+		assert.ErrorContains(t, err, "owned by uid 65534, not by ferry's")
 	}
 
 	link := t.TempDir()
@@ -366,4 +378,54 @@ func TestFullVolumeWithoutFloorEvicts(t *testing.T) {
 			readOK(t, s, o, b) // hits or misses, never wrong
 		}
 	}
+}
+
+// Damage first seen by Close's last commit must not empty the cache: the
+// rebuilt index is written before Close returns.
+func TestCommitPanicAtClose(t *testing.T) {
+	dir := t.TempDir()
+	var arm atomic.Bool
+	s := openT(t, Config{Dir: dir}, hooks{inCommit: func() {
+		if arm.CompareAndSwap(true, false) {
+			panic("page 9 already freed")
+		}
+	}})
+	a := obj("a", 3*testBS)
+	require.Equal(t, 3, s.WriteBlocks(a, 0, blocksData(a, 0, 3, testBS)))
+	arm.Store(true)
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.True(t, readOK(t, s, a, 2))
+}
+
+// The index file cut to nothing under a running store: bbolt faults in
+// its meta page while holding its writer lock. Neither the commit nor
+// Close may hang (closing that handle would), and what memory holds is
+// written to a new index.
+func TestIndexTruncatedWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	s, err := open(Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}, hooks{})
+	require.NoError(t, err)
+	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+	require.NoError(t, s.flush())
+	require.NoError(t, os.Truncate(filepath.Join(dir, "v1", "index.db"), 0))
+	require.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 2, testBS)))
+	done := make(chan error, 1)
+	go func() {
+		if err := s.flush(); err != nil {
+			done <- err
+			return
+		}
+		done <- s.Close()
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("flush or Close hung on the damaged index")
+	}
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.True(t, readOK(t, s, a, 1))
+	assert.True(t, readOK(t, s, b, 1))
 }

@@ -45,7 +45,28 @@ type pendingPut struct {
 func (s *Store) flush() error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	if s.db == nil {
+		// A rebuild failed (see below): try again first.
+		if err := s.rebuildIndex(errIndexDamaged); err != nil {
+			return fmt.Errorf("commit cache index: %w", err)
+		}
+	}
+	err := s.flushOnce()
+	if errors.Is(err, errIndexDamaged) {
+		// The failed work is back in dirty and deleted; the rebuild marks
+		// every entry dirty and every deletion done, and the new index
+		// takes it all now, not one tick later: this may be Close's
+		// last flush.
+		if rerr := s.rebuildIndex(err); rerr != nil {
+			return fmt.Errorf("%w; rebuilding it: %w", err, rerr)
+		}
+		err = s.flushOnce()
+	}
+	return err
+}
 
+// flushOnce is one commit of flush. LOCKS_REQUIRED(flushMu)
+func (s *Store) flushOnce() error {
 	s.mu.Lock()
 	dels := make([][]byte, 0, len(s.deleted))
 	for k := range s.deleted {
@@ -118,13 +139,6 @@ func (s *Store) flush() error {
 				return nil
 			})
 		})
-		if errors.Is(err, errIndexDamaged) {
-			// The failed work is put back below and written, with
-			// everything else, to the new index by the next flush.
-			if rerr := s.rebuildIndex(err); rerr != nil {
-				err = fmt.Errorf("%w; rebuilding it: %w", err, rerr)
-			}
-		}
 	}
 	if err == nil {
 		s.mu.Lock()

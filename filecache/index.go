@@ -149,8 +149,10 @@ func envError(err error) bool {
 	if errors.Is(err, fs.ErrPermission) {
 		return true
 	}
+	// Not EIO: an index that cannot be read is moved aside like a
+	// corrupt one, so that it never stops the mount.
 	for _, e := range []syscall.Errno{syscall.EROFS, syscall.ENOSPC, syscall.EDQUOT, syscall.EMFILE,
-		syscall.ENFILE, syscall.ENOMEM, syscall.EIO, syscall.ELOOP, syscall.ENOTDIR} {
+		syscall.ENFILE, syscall.ENOMEM, syscall.ELOOP, syscall.ENOTDIR} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -180,9 +182,11 @@ func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, ro
 			return nil, nil, nil, err
 		}
 	}
-	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+	mf, err := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("open cache index %s: %w", path, err)
 	}
+	mf.Close()
 	defer os.Remove(marker)
 	for attempt := 0; attempt < 2; attempt++ {
 		db, rows, bad, err = tryOpenIndex(path)
@@ -225,15 +229,16 @@ func openNoFollow(name string, flag int, perm os.FileMode) (*os.File, error) {
 }
 
 // tryOpenIndex opens and reads the index under guard: bbolt's panics on
-// damaged pages are how it reports some kinds of corruption.
+// damaged pages are how it reports some kinds of corruption. After a
+// panic the half-open database is not closed but dropped: the panic may
+// have left bbolt's writer lock held, and Close would wait for it
+// forever (see Store.rebuildIndex). Its flock goes with the file, which
+// the caller moves aside.
 func tryOpenIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
 	err = guard(func() error {
 		db, rows, bad, err = readIndex(path)
 		return err
 	})
-	if err != nil && db != nil {
-		_ = guard(db.Close)
-	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -241,8 +246,7 @@ func tryOpenIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, e
 }
 
 // readIndex opens the index and reads every entry. It closes the database
-// on the errors it returns; if bbolt panics, db is left set (and open)
-// for tryOpenIndex to close.
+// on the errors it returns (not on a panic: see tryOpenIndex).
 func readIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
 	if err != nil {

@@ -320,7 +320,9 @@ func open(cfg Config, h hooks) (*Store, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("create cache dir: %w", err)
 	}
-	if _, total, err := h.statfs(root); err == nil && cfg.MinFree >= total {
+	// (A file system that reports no size, ramfs or an unlimited tmpfs,
+	// is unknown, not full.)
+	if _, total, err := h.statfs(root); err == nil && total > 0 && cfg.MinFree >= total {
 		return nil, fmt.Errorf("cache min free %d bytes is not below the size of the cache's file system (%d bytes): "+
 			"the cache could hold nothing (a percentage, as --cache-min-free 10%%, scales with the volume): %w",
 			cfg.MinFree, total, bucket.ErrInvalid)
@@ -356,10 +358,11 @@ func open(cfg Config, h hooks) (*Store, error) {
 	}
 	s.db = db
 	if err := s.load(rows, bad); err != nil {
-		_ = guard(db.Close)
 		if !errors.Is(err, errIndexDamaged) {
+			db.Close()
 			return nil, err
 		}
+		// The damaged handle is dropped, not closed (see rebuildIndex).
 		// Damage that only a commit showed: start again with an empty
 		// index; every data file is then an orphan and goes.
 		if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
@@ -373,7 +376,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 	}
 	avail, _, err := h.statfs(s.dir)
 	if err != nil {
-		db.Close()
+		s.db.Close()
 		return nil, fmt.Errorf("statfs cache dir: %w", err)
 	}
 	s.limit = cfg.MaxSize
@@ -381,7 +384,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 		s.limit = int64(defaultShare * float64(avail+s.used))
 	}
 	if s.dirFile, err = os.Open(s.dir); err != nil {
-		db.Close()
+		s.db.Close()
 		return nil, fmt.Errorf("open cache dir: %w", err)
 	}
 	// Shrink to the limit now: it may have been lowered since last run.
@@ -391,7 +394,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 	s.finishEvictions(victims)
 	if err := s.registerMetrics(); err != nil {
 		s.dirFile.Close()
-		db.Close()
+		s.db.Close()
 		return nil, err
 	}
 	go s.flusher()
@@ -495,10 +498,16 @@ func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
 }
 
 // rebuildIndex replaces an index that a commit found damaged with a fresh
-// one and marks every entry for the next flush: the index only mirrors
-// what memory holds, so nothing cached is lost. LOCKS_REQUIRED(flushMu)
+// one and marks every entry for the next commit: the index only mirrors
+// what memory holds, so nothing cached is lost. If that fails, s.db is
+// left nil and the next flush tries again. LOCKS_REQUIRED(flushMu)
 func (s *Store) rebuildIndex(why error) error {
-	_ = guard(s.db.Close)
+	// The damaged handle is dropped, not closed: a panic inside a write
+	// transaction can leave bbolt's writer lock held (it reads the meta
+	// page after taking it, with no deferred unlock), and Close would
+	// then wait for it forever. Its descriptor and map are leaked, once;
+	// its flock is on the file moved aside (our own lock is v1/lock).
+	s.db = nil
 	db, err := s.freshIndex("cache index damaged; moving it aside and writing it again from memory", why)
 	if err != nil {
 		return err
@@ -766,9 +775,9 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	if len(lens) == 0 {
 		return 0
 	}
-	avail, _, err := s.hooks.statfs(s.dir)
-	if err != nil {
-		avail = 1 << 62 // unknown: only MaxSize applies
+	avail, volSize, err := s.hooks.statfs(s.dir)
+	if err != nil || volSize == 0 {
+		avail = 1 << 62 // unknown (or a file system without a size): only MaxSize applies
 	}
 	key := s.keyFor(obj)
 
@@ -1281,32 +1290,74 @@ func (s *Store) Close() error {
 		s.reg.Unregister(c)
 	}
 	s.dirFile.Close()
-	if cerr := s.db.Close(); err == nil {
-		err = cerr
+	s.flushMu.Lock() // a Drop may be flushing (and rebuilding s.db)
+	if s.db != nil {
+		if cerr := s.db.Close(); err == nil {
+			err = cerr
+		}
 	}
+	s.flushMu.Unlock()
 	s.lock.Close() // and with it the flock
 	return err
 }
 
-// checkPrivate makes sure no other user can change the cache under a
-// root ferry (swap in forged data files, or links to write through). If
-// others may write to root, ferry makes it private (0700) when it owns it
-// (a Kubernetes emptyDir is created 0777), accepts it when the sticky bit
-// is set (as on /tmp: nobody can then rename what ferry made), and
-// refuses it otherwise. dir (root/v1) must be ferry's own and a real
-// directory.
+// checkPrivate makes sure no other user can change the cache under
+// ferry (swap in forged data files, or links to write through): every
+// access below root is by path, so whoever can rename root/v1, or any
+// directory above it, controls what ferry reads and where it writes.
+//   - Every directory above root must belong to ferry's user or to root
+//     (uid 0), and be writable by nobody else unless sticky (as /tmp).
+//   - root must belong to ferry's user or to root. If others may write to
+//     it and it is not sticky, ferry makes it private (0700) when it owns
+//     it and it holds nothing but the cache (a Kubernetes emptyDir is
+//     created 0777), and refuses it otherwise: changing the mode of a
+//     directory shared with other work would lock that work out.
+//   - root/v1 must be ferry's own and a real directory.
+//
+// (A uid-mapped volume, NFS root_squash say, is refused too.)
 func checkPrivate(root, dir string, log *slog.Logger) error {
 	uid := uint32(os.Geteuid())
-	var st unix.Stat_t
-	if err := unix.Stat(root, &st); err != nil {
+	trusted := func(st *unix.Stat_t) bool { return st.Uid == uid || st.Uid == 0 }
+	othersMayWrite := func(st *unix.Stat_t) bool { return st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 }
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
-	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+	var st unix.Stat_t
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		if err := unix.Stat(p, &st); err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		if !trusted(&st) || othersMayWrite(&st) {
+			return fmt.Errorf("cache dir %s: %w: %s above it is owned by uid %d (mode %#o): another user could move the cache and replace it; use a directory on a path only ferry's user or root can change",
+				root, bucket.ErrInvalid, p, st.Uid, st.Mode&0o7777)
+		}
+		if p == "/" || p == "." {
+			break
+		}
+	}
+	if err := unix.Stat(real, &st); err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	if !trusted(&st) {
+		return fmt.Errorf("cache dir %s: %w: owned by uid %d, neither ferry's (%d) nor root's", root, bucket.ErrInvalid, st.Uid, uid)
+	}
+	if othersMayWrite(&st) {
+		ents, err := os.ReadDir(real)
+		if err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		for _, e := range ents {
+			if e.Name() != "v1" && e.Name() != "lost+found" {
+				return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o) and holding more than the cache (%s); give ferry a directory of its own below it",
+					root, bucket.ErrInvalid, st.Mode&0o7777, e.Name())
+			}
+		}
 		if st.Uid != uid {
-			return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o) and not ferry's to change (owner uid %d); give ferry a directory of its own",
+			return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o) and not ferry's to change (owner uid %d)",
 				root, bucket.ErrInvalid, st.Mode&0o7777, st.Uid)
 		}
-		if err := os.Chmod(root, 0o700); err != nil {
+		if err := os.Chmod(real, 0o700); err != nil {
 			return fmt.Errorf("cache dir: %w", err)
 		}
 		log.Info("cache dir was writable by other users; made it private", "dir", root, "mode_was", fmt.Sprintf("%#o", st.Mode&0o7777))
