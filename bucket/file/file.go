@@ -501,6 +501,11 @@ func (b *Bucket) Put(ctx context.Context, req *bucket.PutRequest) (*bucket.Objec
 	if err := checkName(req.Name, false); err != nil {
 		return nil, fmt.Errorf("file: put: %w", err)
 	}
+	if isTemp(req.Name) {
+		// It could never be read back: such names are not objects.
+		return nil, fmt.Errorf("file: put %q: a component starting %q is reserved for temporary files: %w",
+			req.Name, tempPrefix, bucket.ErrInvalid)
+	}
 	dir := ""
 	if i := strings.LastIndexByte(req.Name, '/'); i >= 0 {
 		dir = req.Name[:i+1]
@@ -572,6 +577,10 @@ func (b *Bucket) Delete(ctx context.Context, name string) error {
 	}
 	if strings.HasSuffix(name, "/") {
 		return notFound("delete", name, "directories are not objects")
+	}
+	if isTemp(name) {
+		// Never an object; maybe a Put in progress.
+		return notFound("delete", name, "a temporary file of Put")
 	}
 	fi, err := b.root.Lstat(name)
 	if err != nil {

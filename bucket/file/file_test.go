@@ -365,4 +365,10 @@ func TestTempNamesAreNeverObjects(t *testing.T) {
 	l, err = b.List(ctx, &bucket.ListRequest{Prefix: tempPrefix + "d/", Delimiter: "/"})
 	require.NoError(t, err)
 	assert.Empty(t, l.Objects)
+	// Nor can one be made or removed through the bucket.
+	_, w := newBucket(t, dir)
+	_, err = w.Put(ctx, &bucket.PutRequest{Name: "x/" + tempPrefix + "y", Data: []byte("z")})
+	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, w.Delete(ctx, tempPrefix+"notes"), bucket.ErrNotFound)
+	assert.FileExists(t, filepath.Join(dir, tempPrefix+"notes"))
 }
