@@ -97,7 +97,7 @@ func TestDamagedIndexChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestDamagedIndexRecovers")
 	}
-	cfg := Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}
+	cfg := testConfig(Config{Dir: dir})
 	s, err := open(cfg, hooks{})
 	require.NoError(t, err)
 	for i := range 20 {
@@ -163,7 +163,7 @@ func TestIndexPermissionErrorKeepsCache(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("chattr", "-i", index).Run() })
 
-	_, err := open(Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}, hooks{})
+	_, err := open(testConfig(Config{Dir: dir}), hooks{})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, os.ErrPermission)
 	assert.NoFileExists(t, index+".corrupt")
@@ -180,7 +180,7 @@ func TestIndexSymlinkNotFollowed(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "v1", "data"), 0o700))
 	victim := filepath.Join(t.TempDir(), "victim")
 	require.NoError(t, os.Symlink(victim, filepath.Join(dir, "v1", "index.db")))
-	_, err := open(Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}, hooks{})
+	_, err := open(testConfig(Config{Dir: dir}), hooks{})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, syscall.ELOOP)
 	assert.NoFileExists(t, victim)
@@ -192,7 +192,7 @@ func TestIndexSymlinkNotFollowed(t *testing.T) {
 // owns, and a v1 that is not ferry's own or not a real directory.
 func TestCacheDirMustBePrivate(t *testing.T) {
 	cfg := func(dir string) Config {
-		return Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}
+		return testConfig(Config{Dir: dir})
 	}
 	open0 := func(dir string) error {
 		s, err := open(cfg(dir), hooks{})
@@ -259,7 +259,7 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 func TestCacheDirLockedByAnotherStore(t *testing.T) {
 	dir := t.TempDir()
 	openT(t, Config{Dir: dir}, hooks{})
-	_, err := open(Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}, hooks{})
+	_, err := open(testConfig(Config{Dir: dir}), hooks{})
 	assert.ErrorContains(t, err, "in use by another ferry process")
 }
 
@@ -404,7 +404,7 @@ func TestCommitPanicAtClose(t *testing.T) {
 // written to a new index.
 func TestIndexTruncatedWhileRunning(t *testing.T) {
 	dir := t.TempDir()
-	s, err := open(Config{Dir: dir, BlockSize: testBS, MaxSize: 64 << 20, BucketID: "mem://test"}, hooks{})
+	s, err := open(testConfig(Config{Dir: dir}), hooks{})
 	require.NoError(t, err)
 	a, b := obj("a", 2*testBS), obj("b", 2*testBS)
 	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))

@@ -93,8 +93,9 @@ func (r *recorder) errors() []string {
 	return append([]string(nil), r.msgs...)
 }
 
-func openT(t *testing.T, cfg Config, h hooks) *Store {
-	t.Helper()
+// testConfig fills in the tests' defaults: test blocks, a 64 MiB cap,
+// one bucket.
+func testConfig(cfg Config) Config {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = testBS
 	}
@@ -104,7 +105,12 @@ func openT(t *testing.T, cfg Config, h hooks) *Store {
 	if cfg.BucketID == "" {
 		cfg.BucketID = "mem://test"
 	}
-	s, err := open(cfg, h)
+	return cfg
+}
+
+func openT(t *testing.T, cfg Config, h hooks) *Store {
+	t.Helper()
+	s, err := open(testConfig(cfg), h)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	s.checkInvariants(t)

@@ -1332,7 +1332,7 @@ func checkPrivate(root, dir string, log *slog.Logger) error {
 			return fmt.Errorf("cache dir %s: %w: %s above it is owned by uid %d (mode %#o): another user could move the cache and replace it; use a directory on a path only ferry's user or root can change",
 				root, bucket.ErrInvalid, p, st.Uid, st.Mode&0o7777)
 		}
-		if p == "/" || p == "." {
+		if p == "/" { // real is absolute
 			break
 		}
 	}
