@@ -1,7 +1,7 @@
 // Package retry is a bucket.Bucket decorator that retries transient store
 // failures (bucket.IsRetryable: ErrUnavailable and not a cancellation) with
-// exponential backoff and full jitter, bounded by an attempt count and an
-// elapsed-time budget. A range reader whose body fails mid-way is resumed
+// exponential backoff and full jitter, bounded by an elapsed-time budget
+// (and, if asked for, an attempt count). A range reader whose body fails mid-way is resumed
 // transparently at the byte it reached, pinned to the same version.
 //
 // It must never retry a non-transient error (not found, precondition,
@@ -23,10 +23,9 @@ import (
 
 // Defaults for zero Config fields.
 const (
-	DefaultMaxAttempts = 6
-	DefaultMaxElapsed  = 60 * time.Second
-	DefaultBaseDelay   = 100 * time.Millisecond
-	DefaultMaxDelay    = 5 * time.Second
+	DefaultMaxElapsed = 60 * time.Second
+	DefaultBaseDelay  = 100 * time.Millisecond
+	DefaultMaxDelay   = 5 * time.Second
 )
 
 // Op names passed to Config.OnRetry and logged.
@@ -39,8 +38,11 @@ const (
 // Config tunes the decorator. Zero fields take the defaults above.
 type Config struct {
 	// MaxAttempts bounds the calls made to the inner bucket for one
-	// operation, the first included (1 = never retry). For a range reader
-	// the opening and every resume share one budget.
+	// operation, the first included (1 = never retry); 0 sets no bound
+	// but MaxElapsed's, so that a store that is back within MaxElapsed is
+	// always reached (an attempt cap would end a 30 s budget after about
+	// 2 s of backoff). For a range reader the opening and every resume
+	// share one budget.
 	MaxAttempts int
 	// MaxElapsed bounds the time from the start of an operation (for a
 	// resumed reader: from the moment its body failed) to the last retry. A Retry-After hint that would end beyond it
@@ -69,9 +71,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
 	if c.MaxElapsed <= 0 {
 		c.MaxElapsed = DefaultMaxElapsed
 	}
@@ -213,7 +212,7 @@ func (b *Bucket) wait(ctx context.Context, op, name string, bud *budget, err err
 		return err
 	}
 	elapsed := b.cfg.Now().Sub(bud.outageStart)
-	if bud.attempts >= b.cfg.MaxAttempts {
+	if b.cfg.MaxAttempts > 0 && bud.attempts >= b.cfg.MaxAttempts {
 		return fmt.Errorf("%s %q: giving up after %d attempts in %v: %w", op, name, bud.attempts, elapsed.Round(time.Millisecond), err)
 	}
 	remaining := b.cfg.MaxElapsed - elapsed

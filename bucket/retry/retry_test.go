@@ -315,6 +315,31 @@ func TestMaxElapsedBoundsRetries(t *testing.T) {
 	assert.Equal(t, 3, stats)
 }
 
+// ferry's mount sets only MaxElapsed (--retry-max-time): a store that is
+// back within it must be reached, however many attempts that takes.
+func TestMaxElapsedAloneOutlastsAnOutage(t *testing.T) {
+	f := newFake()
+	for range 10 {
+		f.statFaults = append(f.statFaults, unavailable)
+	}
+	c := newClock()
+	b := New(f, c.config(Config{MaxElapsed: 30 * time.Second}))
+
+	_, err := b.Stat(context.Background(), &bucket.StatRequest{Name: "a"})
+	require.NoError(t, err, "10 failures and %v of backoff fit in a 30s budget", sum(c.Sleeps()))
+	stats, _, _, _ := f.snapshot()
+	assert.Equal(t, 11, stats)
+	assert.Greater(t, sum(c.Sleeps()), 20*time.Second, "the outage lasted most of the budget")
+}
+
+func sum(ds []time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range ds {
+		t += d
+	}
+	return t
+}
+
 func TestRetryAfterHint(t *testing.T) {
 	t.Run("waits at least the hint", func(t *testing.T) {
 		f := newFake()
