@@ -93,6 +93,8 @@ func TestStoreDown(t *testing.T) {
 			_, err = readFileWithin(t, filepath.Join(m.dir, "uncached/obj000"))
 			require.ErrorIs(t, err, syscall.EIO, "an uncached read with the store down")
 			t.Logf("%s: EIO after %v", kind, time.Since(start).Round(time.Millisecond))
+			// Not sooner: a store back within --retry-max-time is reached.
+			assert.GreaterOrEqual(t, time.Since(start), 4*time.Second, "retried for --retry-max-time (5s)")
 			readAll(t, m, cached)
 
 			p.setDown(t, false)
