@@ -104,7 +104,15 @@ func startBackground(ctx context.Context, req backgroundRequest) error {
 	cmd.Args[0] = "ferry"
 	cmd.Env = append(append(os.Environ(), req.Env...), fmt.Sprintf("%s=%d", daemonEnv, readyFD))
 	cmd.ExtraFiles = []*os.File{w} // fd 3 in the child
-	cmd.Dir = "/"                  // do not keep the caller's directory busy
+	// The child parses the same arguments, so relative paths (mount
+	// point, --cache-dir, --log-file, credential files) must mean what
+	// they meant to the caller: it starts where we are and moves to /
+	// once mounted (so as not to keep this directory busy).
+	if wd, err := os.Getwd(); err == nil {
+		cmd.Dir = wd
+	} else {
+		cmd.Dir = "/"
+	}
 	if req.Stderr != nil {
 		cmd.Stderr = req.Stderr
 	}

@@ -97,6 +97,11 @@ func serveChild(cfg *flags.Config, pipe *readyPipe) error {
 	}
 	err = serve(cfg, logger, func() {
 		logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.MountPoint)
+		// Started in the caller's directory (see startBackground); every
+		// path has been used by now.
+		if err := os.Chdir("/"); err != nil {
+			logger.Warn("cannot leave the starting directory", "err", err)
+		}
 		pipe.report(nil)
 	})
 	pipe.report(err) // no-op once ready was reported

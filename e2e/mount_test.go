@@ -292,6 +292,45 @@ func TestBackgroundModeErrors(t *testing.T) {
 	}
 }
 
+// TestBackgroundRelativePaths: relative paths given to a background
+// mount mean what they mean in the caller's directory, for the mount
+// point, the cache and the log alike; the daemon then leaves that
+// directory so it is not kept busy.
+func TestBackgroundRelativePaths(t *testing.T) {
+	s := newStore(t, "file")
+	s.put(t, "f", []byte("relative"))
+	work := t.TempDir()
+	// Unique names: resolved against / instead (the old bug) they name
+	// nothing, so the mount fails rather than land somewhere else.
+	rel := fmt.Sprintf("ferry-rel-%d", os.Getpid())
+	for _, d := range []string{rel + "-mnt", rel + "-cache"} {
+		require.NoError(t, os.Mkdir(filepath.Join(work, d), 0o700))
+	}
+	t.Cleanup(func() { _ = os.Remove("/" + rel + ".log") })
+	args := append(append([]string{}, s.args...),
+		"--cache-dir", rel+"-cache", "--log-file", rel+".log", s.url, rel+"-mnt")
+	cmd := exec.Command(ferryBin, args...)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), s.env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	m := &mounted{dir: filepath.Join(work, rel+"-mnt"), pid: daemonPID(rel + "-mnt"), log: filepath.Join(work, rel+".log")}
+	t.Cleanup(func() { m.unmount(t) })
+	require.True(t, isMounted(m.dir), "not mounted at %s", m.dir)
+
+	got, err := os.ReadFile(filepath.Join(m.dir, "f"))
+	require.NoError(t, err)
+	assert.Equal(t, "relative", string(got))
+	assert.DirExists(t, filepath.Join(work, rel+"-cache", "v1"), "the cache is where the caller said")
+	logs, err := os.ReadFile(m.log)
+	require.NoError(t, err, "the log is where the caller said")
+	assert.Contains(t, string(logs), "mounted")
+	require.NotZero(t, m.pid)
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", m.pid))
+	require.NoError(t, err)
+	assert.Equal(t, "/", cwd, "the daemon keeps no directory busy")
+}
+
 // TestSIGTERMUnmounts: the daemon unmounts and exits on SIGTERM.
 func TestSIGTERMUnmounts(t *testing.T) {
 	s := newStore(t, "file")
