@@ -186,7 +186,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"ferry", "gs://b", filepath.Join(mnt, "missing")}, exitUsage, "does not exist"},
 		{[]string{"ferry", "gs://b", notDir}, exitUsage, "is not a directory"},
 		{[]string{"ferry", "gs://b", full}, exitUsage, "is not empty"},
-		{[]string{"ferry", "--kernel-option=noexec", "gs://b", mnt}, exitUsage, "--kernel-option: noexec is not supported"},
+		{[]string{"ferry", "--kernel-option=noexecc", "gs://b", mnt}, exitUsage, "--kernel-option: \"noexecc\" is not a kernel mount option"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "frob"}, exitUsage, "mount.ferry: -o frob: unknown mount option"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "memory_limit=1KiB"}, exitUsage, "mount.ferry: --memory-limit: 1.0 KiB is below the minimum"},
 		{[]string{"ferry", "docs", "nothing"}, exitUsage, "usage: ferry docs flags"},

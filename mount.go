@@ -44,9 +44,6 @@ func mountCommand(ctx context.Context, inv *invocation, cfg *flags.Config) error
 	if err := checkMountPoint(cfg.MountPoint, cfg.NonEmpty, !inv.fake); err != nil {
 		return usageError{err}
 	}
-	if err := checkKernelOptions(cfg.KernelOptions); err != nil {
-		return usageError{err}
-	}
 	if inv.fake {
 		return nil // mount -f: everything checked, nothing mounted
 	}
@@ -141,23 +138,6 @@ func checkMountPoint(dir string, nonEmpty, repair bool) error {
 	}
 	if !nonEmpty {
 		return checkEmpty(dir)
-	}
-	return nil
-}
-
-// checkKernelOptions accepts the generic mount flags that already hold for
-// every ferry mount: FUSE mounts are always nodev and nosuid, exec is the
-// default, and a read-only mount never updates atimes. The others would
-// have to reach the kernel through fs.MountOptions, which cannot carry
-// them yet, so they are refused rather than silently dropped.
-func checkKernelOptions(opts []string) error {
-	for _, o := range opts {
-		switch o {
-		case "nodev", "nosuid", "exec", "atime", "noatime":
-		default:
-			return &flags.OptionError{Option: "kernel-option",
-				Err: fmt.Errorf("%s is not supported by this version (ferry mounts are always nodev,nosuid)", o)}
-		}
 	}
 	return nil
 }
@@ -319,6 +299,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		MaxBackground: cfg.MaxBackground,
 		FSName:        cfg.Source,
 		Debug:         cfg.Debug,
+		KernelOptions: cfg.KernelOptions,
 	})
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", cfg.MountPoint, err)

@@ -47,7 +47,8 @@ func TestMountTypeFerry(t *testing.T) {
 	s := newStore(t, "gcs")
 	s.put(t, "dir/f.txt", []byte("through mount(8)"))
 	dir := t.TempDir()
-	opts := "ro,_netdev,nofail,noatime,x-systemd.automount,endpoint=" + strings.TrimPrefix(s.args[1], "") +
+	// users: mount(8) adds noexec,nosuid,nodev, which must reach the kernel.
+	opts := "ro,_netdev,nofail,noatime,nodiratime,users,x-systemd.automount,endpoint=" + strings.TrimPrefix(s.args[1], "") +
 		",anonymous,metadata_ttl=-1,negative_ttl=10s,file_mode=0440,cache_dir=" + t.TempDir()
 	out, err := exec.Command("mount", "-t", "ferry", s.url, dir, "-o", opts).CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -57,6 +58,10 @@ func TestMountTypeFerry(t *testing.T) {
 	st, err := os.Stat(filepath.Join(dir, "dir/f.txt"))
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o440), st.Mode().Perm(), "file_mode reached the mount")
+	mo, _ := mountOptions(t, dir)
+	for _, o := range []string{"ro", "noexec", "nosuid", "nodev", "noatime"} {
+		assert.Contains(t, mo, o, "mount options of %s", dir)
+	}
 }
 
 // TestMountTypeFerryRejectsUnknownOption: a bad option is a clear error

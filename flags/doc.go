@@ -22,7 +22,7 @@ func Markdown() string {
 	b.WriteString("`--cache-dir=/ssd/ferry` is `cache_dir=/ssd/ferry`, `--allow-other` is `allow_other`. ")
 	b.WriteString("Options are separated by commas; a value that contains a comma must be double-quoted (`cache_dir=\"/ssd/a,b\"`). ")
 	b.WriteString("Generic kernel mount flags (`nodev`, `nosuid`, `noatime`, ...) are written bare and become `--kernel-option`; ")
-	b.WriteString("`rw`, `relatime`, `defaults`, `auto`, `noauto`, `user`, `users`, `nouser`, `_netdev`, `nofail`, `x-*` and `comment=*` are ignored. ")
+	b.WriteString("`rw`, `defaults`, `auto`, `noauto`, `user`, `users`, `nouser`, `_netdev`, `nofail`, `x-*` and `comment=*` are ignored, and so are options that mean nothing on a read-only mount without symlinks: the other atime modes (`relatime`, `nodiratime`, `strictatime`, `lazytime`, ...), `sync`, `async`, `dirsync`, `nosymfollow`, `iversion`, `mand`, `silent`. An fstab line with `user` or `users` works: mount(8) adds `noexec,nosuid,nodev`, which ferry passes on. ")
 	b.WriteString("Sizes are human (`200GiB`, `512MiB`); durations are Go durations (`60s`, `5m`) or seconds, with `-1` meaning forever and `0` off.\n")
 	for _, cat := range categoryOrder {
 		fmt.Fprintf(&b, "\n### %s\n\n", cat)

@@ -13,9 +13,15 @@ import (
 //     read-only, so it is dropped rather than failing every plain mount.
 //   - relatime: the kernel's default; the FUSE driver rejects it as data.
 //   - sync/async/dirsync: about writes; a read-only mount has none.
+//   - the other atime modes: a read-only mount never updates atimes.
+//   - nosymfollow: a ferry mount has no symlinks to follow.
+//   - iversion, mand, silent/loud: about writes, locks or kernel logging;
+//     nothing a ferry mount does.
 var ignoredMountOptions = []string{
 	"auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev", "nofail",
 	"defaults", "rw", "relatime", "sync", "async", "dirsync",
+	"norelatime", "diratime", "nodiratime", "strictatime", "nostrictatime", "lazytime", "nolazytime",
+	"symfollow", "nosymfollow", "iversion", "noiversion", "mand", "nomand", "silent", "loud",
 }
 
 // ignoredMountPrefixes: x-* options are for userspace tools by convention

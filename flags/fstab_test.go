@@ -27,6 +27,12 @@ func TestParseMountOptions(t *testing.T) {
 		{"nodev,nosuid,noexec,noatime,dev,suid,exec,atime", []string{
 			"--kernel-option=nodev", "--kernel-option=nosuid", "--kernel-option=noexec", "--kernel-option=noatime",
 			"--kernel-option=dev", "--kernel-option=suid", "--kernel-option=exec", "--kernel-option=atime"}},
+		// What mount(8) 2.38 hands the helper for fstab "user" and "-o users".
+		{"ro,noexec,nosuid,nodev,user=alice,user", []string{"--ro",
+			"--kernel-option=noexec", "--kernel-option=nosuid", "--kernel-option=nodev"}},
+		{"rw,noexec,nosuid,nodev,users", []string{
+			"--kernel-option=noexec", "--kernel-option=nosuid", "--kernel-option=nodev"}},
+		{"noatime,nodiratime,lazytime,strictatime,nosymfollow,iversion,mand,silent", []string{"--kernel-option=noatime"}},
 		{"kernel_option=nodev", []string{"--kernel-option=nodev"}},
 		{",ro,,", []string{"--ro"}},
 		{`cache_dir="/ssd/a,b",ro`, []string{"--cache-dir=/ssd/a,b", "--ro"}},

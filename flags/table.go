@@ -27,7 +27,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "kernel-option", Fstab: "kernel_option", Kind: List, Category: catMount,
-		Usage: "generic mount flag for the kernel, repeatable; in fstab write it bare (nodev). This version accepts the ones every ferry mount already has (nodev, nosuid, exec, atime, noatime: a read-only mount never updates atimes) and refuses dev, suid and noexec",
+		Usage: "generic mount flag for the kernel (dev, nodev, suid, nosuid, exec, noexec, atime, noatime), repeatable; in fstab write it bare (noexec). A ferry mount is nodev,nosuid unless told otherwise; of a pair, the last given wins",
 		set: func(c *Config, s string) error {
 			if !slices.Contains(KernelMountOptions, s) {
 				return fmt.Errorf("%q is not a kernel mount option ferry passes on (allowed: %v)", s, KernelMountOptions)

@@ -31,6 +31,31 @@ type MountOptions struct {
 	FSName string
 	// Debug logs every FUSE op to the Config.Logger at debug level.
 	Debug bool
+	// KernelOptions are generic mount(2) flags: dev, nodev, suid, nosuid,
+	// exec, noexec, atime, noatime. Of a pair, the last given wins. A FUSE
+	// mount is nodev,nosuid unless told otherwise.
+	KernelOptions []string
+}
+
+// opposite pairs the generic mount flags; each is its partner's undoing.
+var opposite = map[string]string{
+	"dev": "nodev", "nodev": "dev", "suid": "nosuid", "nosuid": "suid",
+	"exec": "noexec", "noexec": "exec", "atime": "noatime", "noatime": "atime",
+}
+
+// kernelOptions turns KernelOptions into jacobsa/fuse's option map, which
+// it maps to mount(2) flags; an unknown one is an error, not data for the
+// FUSE driver (which would refuse the mount with a bare EINVAL).
+func kernelOptions(opts []string, into map[string]string) error {
+	for _, o := range opts {
+		other, ok := opposite[o]
+		if !ok {
+			return fmt.Errorf("fs: %q is not a generic mount flag", o)
+		}
+		delete(into, other)
+		into[o] = ""
+	}
+	return nil
 }
 
 // Mount mounts a read-only file system over cfg.Bucket at dir. The caller
@@ -89,8 +114,12 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 	if opts.Debug {
 		mc.DebugLogger = slog.NewLogLogger(fsys.log.Handler(), slog.LevelDebug)
 	}
+	mc.Options = map[string]string{}
 	if opts.AllowOther {
-		mc.Options = map[string]string{"allow_other": ""}
+		mc.Options["allow_other"] = ""
+	}
+	if err := kernelOptions(opts.KernelOptions, mc.Options); err != nil {
+		return nil, err
 	}
 	// Op metrics wrap the file system; the notifier lets Control tell the
 	// kernel to forget names (control.go).

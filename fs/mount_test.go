@@ -556,3 +556,11 @@ func TestFileSourceEmptyDirectoryAndTempNames(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, ".ferry-put-notes"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+func TestKernelOptions(t *testing.T) {
+	m := map[string]string{"allow_other": ""}
+	require.NoError(t, kernelOptions([]string{"noexec", "suid", "exec", "nosuid", "noatime"}, m))
+	assert.Equal(t, map[string]string{"allow_other": "", "exec": "", "nosuid": "", "noatime": ""}, m,
+		"of a pair, the last given wins")
+	assert.Error(t, kernelOptions([]string{"relatime"}, map[string]string{}), "not a flag jacobsa/fuse maps")
+}
