@@ -59,7 +59,11 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		}
 		args, inv.fake = h.args, h.fake
 	} else {
-		args = permuteArgs(args)
+		var err error
+		if args, err = permuteArgs(args); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+			return exitUsage
+		}
 	}
 	inv.args = args
 
@@ -160,8 +164,10 @@ func docsCommand(inv *invocation) *cli.Command {
 // permuteArgs moves flags given after the positional arguments in front of
 // them (`ferry gs://b /mnt --foreground`), which urfave/cli does not do by
 // itself. The option table tells which flags take a value. Arguments after
-// "--" and subcommand invocations are left alone.
-func permuteArgs(args []string) []string {
+// "--" and subcommand invocations are left alone. A flag that takes a
+// value but has none (last, or before "--") is an error: urfave/cli would
+// take the "--" we add as its value (--log-file writing to a file "--").
+func permuteArgs(args []string) ([]string, error) {
 	var opts, pos []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -170,14 +176,17 @@ func permuteArgs(args []string) []string {
 			pos = append(pos, args[i+1:]...)
 			i = len(args)
 		case len(pos) == 0 && (a == "install-helper" || a == "docs" || a == "warm" || a == "invalidate"):
-			return args // a subcommand parses its own flags
+			return args, nil // a subcommand parses its own flags
 		case strings.HasPrefix(a, "-") && a != "-":
 			opts = append(opts, a)
 			name := strings.TrimLeft(a, "-")
 			if strings.Contains(name, "=") {
 				continue
 			}
-			if o, ok := flags.Lookup(name); ok && o.Kind != flags.Bool && i+1 < len(args) {
+			if o, ok := flags.Lookup(name); ok && o.Kind != flags.Bool {
+				if i+1 == len(args) || args[i+1] == "--" {
+					return nil, usageError{fmt.Errorf("%s needs a value", a)}
+				}
 				opts = append(opts, args[i+1])
 				i++
 			}
@@ -186,7 +195,7 @@ func permuteArgs(args []string) []string {
 		}
 	}
 	if len(pos) == 0 {
-		return opts
+		return opts, nil
 	}
-	return append(append(opts, "--"), pos...)
+	return append(append(opts, "--"), pos...), nil
 }

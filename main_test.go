@@ -156,7 +156,17 @@ func TestPermuteArgs(t *testing.T) {
 		{[]string{"warm", "--parallel", "4", "/m/train"}, []string{"warm", "--parallel", "4", "/m/train"}},
 		{[]string{"invalidate", "--data", "/m"}, []string{"invalidate", "--data", "/m"}},
 	} {
-		assert.Equal(t, tc.want, permuteArgs(tc.in), "%v", tc.in)
+		got, err := permuteArgs(tc.in)
+		require.NoError(t, err, "%v", tc.in)
+		assert.Equal(t, tc.want, got, "%v", tc.in)
+	}
+	// A value flag without its value must not take the "--" we add.
+	for _, in := range [][]string{
+		{"gs://b", "/m", "--log-file"},
+		{"--cache-dir", "--", "gs://b", "/m"},
+	} {
+		_, err := permuteArgs(in)
+		assert.ErrorContains(t, err, "needs a value", "%v", in)
 	}
 }
 
@@ -186,6 +196,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"ferry", "gs://b", filepath.Join(mnt, "missing")}, exitUsage, "does not exist"},
 		{[]string{"ferry", "gs://b", notDir}, exitUsage, "is not a directory"},
 		{[]string{"ferry", "gs://b", full}, exitUsage, "is not empty"},
+		{[]string{"ferry", "gs://b", mnt, "--log-file"}, exitUsage, "ferry: --log-file needs a value"},
 		{[]string{"ferry", "--kernel-option=noexecc", "gs://b", mnt}, exitUsage, "--kernel-option: \"noexecc\" is not a kernel mount option"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "frob"}, exitUsage, "mount.ferry: -o frob: unknown mount option"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "memory_limit=1KiB"}, exitUsage, "mount.ferry: --memory-limit: 1.0 KiB is below the minimum"},

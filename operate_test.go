@@ -31,7 +31,9 @@ func parseConfig(t *testing.T, args ...string) *flags.Config {
 		cfg, err = flags.FromContext(c)
 		return err
 	}}
-	require.NoError(t, app.Run(append([]string{"ferry"}, permuteArgs(args)...)))
+	args, err := permuteArgs(args)
+	require.NoError(t, err)
+	require.NoError(t, app.Run(append([]string{"ferry"}, args...)))
 	return cfg
 }
 
