@@ -143,13 +143,20 @@ func checkMountPoint(dir string, nonEmpty, repair bool) error {
 }
 
 // serve builds the stack, mounts, calls ready once the mount is live, and
-// serves until SIGINT/SIGTERM (then unmounts) or an external unmount.
+// serves until SIGINT/SIGTERM (in the foreground also SIGHUP; then it
+// unmounts) or an external unmount.
 // An error before ready leaves nothing mounted.
 func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	// SIGINT/SIGTERM are caught from the start so that a signal during
 	// setup stops setup instead of killing us half-mounted.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	if cfg.Foreground {
+		// The terminal went away (an ssh session closed): unmount as for
+		// SIGTERM rather than die and leave a dead mount behind. (The
+		// background child ignores SIGHUP; Notify would undo that.)
+		signal.Notify(sigs, syscall.SIGHUP)
+	}
 	defer signal.Stop(sigs)
 	setupCtx, cancelSetup := context.WithCancel(context.Background())
 	defer cancelSetup()

@@ -331,6 +331,33 @@ func TestBackgroundRelativePaths(t *testing.T) {
 	assert.Equal(t, "/", cwd, "the daemon keeps no directory busy")
 }
 
+// TestForegroundSIGHUPUnmounts: a foreground ferry whose terminal goes
+// away (SIGHUP) unmounts and exits instead of leaving a dead mount.
+func TestForegroundSIGHUPUnmounts(t *testing.T) {
+	s := newStore(t, "file")
+	s.put(t, "f", []byte("x"))
+	dir := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "ferry.log")
+	cmd := exec.Command(ferryBin, append(append([]string{}, s.args...), "--foreground", "--log-file", logFile, s.url, dir)...)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	m := &mounted{dir: dir, pid: cmd.Process.Pid, log: logFile}
+	t.Cleanup(func() { m.unmount(t) })
+	logs := func() string { b, _ := os.ReadFile(logFile); return string(b) }
+	// Set up, not just mounted: a signal during setup aborts the mount.
+	require.Eventually(t, func() bool { return strings.Contains(logs(), "msg=mounted") }, 20*time.Second, 20*time.Millisecond, "never mounted")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "log:\n%s", logs())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30s after SIGHUP; log:\n%s", logs())
+	}
+	assert.False(t, isMounted(dir), "SIGHUP left the mount behind")
+}
+
 // TestSIGTERMUnmounts: the daemon unmounts and exits on SIGTERM.
 func TestSIGTERMUnmounts(t *testing.T) {
 	s := newStore(t, "file")
