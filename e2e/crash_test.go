@@ -109,7 +109,8 @@ func TestKill9MidEpochThenRestart(t *testing.T) {
 }
 
 // TestRemountOverDeadMount: mounting on a directory whose ferry daemon was
-// killed detaches the dead mount and mounts in its place, not on top.
+// killed detaches the dead mount and mounts in its place, not on top,
+// also when the new mount names the directory through a symlink.
 func TestRemountOverDeadMount(t *testing.T) {
 	s := newStore(t, "file")
 	s.put(t, "f", []byte("x"))
@@ -123,7 +124,10 @@ func TestRemountOverDeadMount(t *testing.T) {
 		var st syscall.Statfs_t
 		return errors.Is(syscall.Statfs(dir, &st), syscall.ENOTCONN)
 	}), "a killed daemon leaves a dead mount")
-	m2 := mountAt(t, s, dir)
+	alias := filepath.Join(t.TempDir(), "alias")
+	require.NoError(t, os.Symlink(dir, alias))
+	m2 := mountAt(t, s, alias)
+	m2.dir = dir // mountinfo names the real path; so must the cleanup
 	requireSameFile(t, filepath.Join(m2.dir, "f"), []byte("x"))
 	mounts := 0
 	for _, line := range bytes.Split(must(os.ReadFile("/proc/self/mountinfo")), []byte("\n")) {

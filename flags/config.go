@@ -139,8 +139,47 @@ func FromContext(c *cli.Context) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mount point %q: %v", ErrInvalid, args[1], err)
 	}
-	cfg.MountPoint = mp
+	cfg.MountPoint = resolvePath(mp)
+	for _, p := range []struct{ name, path string }{
+		{"cache-dir", cfg.CacheDir}, {"control-socket", cfg.ControlSocket},
+	} {
+		if p.path != "" && within(resolvePath(p.path), cfg.MountPoint) {
+			return nil, optionErr(p.name, "%s is inside the mount point %s, which the mount hides", p.path, cfg.MountPoint)
+		}
+	}
 	return cfg, nil
+}
+
+// resolvePath follows symlinks in the absolute path p as far as they
+// exist, without touching p itself unless it is a symlink: p may be a
+// dead FUSE mount (stat fails with ENOTCONN) or not exist yet. So a mount
+// point reached through a symlink is recognised in /proc/self/mountinfo,
+// and a cache dir inside the mount point is seen through any alias.
+func resolvePath(p string) string {
+	for range 40 { // as many links as the kernel follows
+		dir := filepath.Dir(p)
+		if d, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = d
+		} else if dir != p {
+			dir = resolvePath(dir) // a parent that does not exist yet
+		}
+		p = filepath.Join(dir, filepath.Base(p))
+		target, err := os.Readlink(p)
+		if err != nil {
+			return p // not a symlink (or nothing there yet)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(dir, target)
+		}
+		p = filepath.Clean(target)
+	}
+	return p
+}
+
+// within reports whether path is dir or below it (both clean and absolute).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // validate checks rules that involve more than one option. isSet reports

@@ -3,6 +3,7 @@ package flags
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -182,6 +183,9 @@ func TestValidationNamesTheOption(t *testing.T) {
 		{[]string{"file://relative/dir", "/m"}, "", "absolute path"},
 		{[]string{"gs://b"}, "", "need SOURCE and MOUNTPOINT"},
 		{[]string{"gs://b", "/m", "extra"}, "", "need SOURCE and MOUNTPOINT"},
+		{[]string{"--cache-dir=/m/cache", "gs://b", "/m"}, "cache-dir", "inside the mount point /m"},
+		{[]string{"--cache-dir=/m", "gs://b", "/m/"}, "cache-dir", "inside the mount point /m"},
+		{[]string{"--control-socket=/m/s.sock", "gs://b", "/m"}, "control-socket", "inside the mount point"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			args := tc.args
@@ -269,4 +273,37 @@ func TestMarkdownMentionsEveryOption(t *testing.T) {
 	got, err := UpdateSection("a\n"+BeginMarker+"\nold\n"+EndMarker+"\nb\n", "new\n")
 	require.NoError(t, err)
 	assert.Equal(t, "a\n"+BeginMarker+"\nnew\n"+EndMarker+"\nb\n", got)
+}
+
+func TestResolvePath(t *testing.T) {
+	d := t.TempDir()
+	real := filepath.Join(d, "real")
+	require.NoError(t, os.MkdirAll(filepath.Join(real, "mnt"), 0o755))
+	require.NoError(t, os.Symlink(real, filepath.Join(d, "alias")))
+	require.NoError(t, os.Symlink("real/mnt", filepath.Join(d, "mntlink")))
+	real, err := filepath.EvalSymlinks(real) // t.TempDir may sit behind a link
+	require.NoError(t, err)
+
+	assert.Equal(t, filepath.Join(real, "mnt"), resolvePath(filepath.Join(d, "mntlink")), "a link as the last component")
+	assert.Equal(t, filepath.Join(real, "mnt"), resolvePath(filepath.Join(d, "alias", "mnt")), "a link above")
+	assert.Equal(t, filepath.Join(real, "not", "yet"), resolvePath(filepath.Join(d, "alias", "not", "yet")), "parts that do not exist yet")
+	loop := filepath.Join(d, "loop")
+	require.NoError(t, os.Symlink(loop, loop))
+	assert.Equal(t, loop, resolvePath(loop), "a loop ends")
+
+	// A cache dir reached through an alias of the mount point is inside it.
+	_, err = parse(t, "--cache-dir="+filepath.Join(d, "alias", "mnt", "c"), "gs://b", filepath.Join(d, "mntlink"))
+	assert.ErrorContains(t, err, "inside the mount point")
+	cfg, err := parse(t, "--cache-dir="+filepath.Join(d, "alias", "cache"), "gs://b", filepath.Join(d, "mntlink"))
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(real, "mnt"), cfg.MountPoint)
+}
+
+func TestWithin(t *testing.T) {
+	assert.True(t, within("/m", "/m"))
+	assert.True(t, within("/m/c", "/m"))
+	assert.False(t, within("/mnt", "/m"))
+	assert.False(t, within("/m2/c", "/m"))
+	assert.False(t, within("/", "/m"))
+	assert.True(t, within("/m/..c", "/m"), "a name that starts with .. is still below")
 }
