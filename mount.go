@@ -133,10 +133,14 @@ func checkMountPoint(dir string, nonEmpty, repair bool) error {
 	}
 	// Stacking a second ferry on the same directory (mount -a twice) only
 	// hides the first, and unmounting would then hit the wrong one.
-	if t, ok := mountType(dir); ok && t == "fuse.ferry" {
+	t, _ := mountType(dir)
+	if t == "fuse.ferry" {
 		return fmt.Errorf("%s is already a ferry mount; unmount it first (fusermount3 -u %s)", dir, dir)
 	}
-	if !nonEmpty {
+	// An automount trigger (fstab x-systemd.automount): opening it to look
+	// for entries would wait for the very mount we are making. An autofs
+	// mount point has no entries of its own to hide.
+	if !nonEmpty && t != "autofs" {
 		return checkEmpty(dir)
 	}
 	return nil
