@@ -133,6 +133,23 @@ func (c *metaCache) lookup(path string) (entry, bool) {
 	return best, found
 }
 
+// expired returns path's entry even if it has expired (while it has not
+// been swept away), from a name entry or the parent's listing, the newer
+// of the two; for answering when the store cannot.
+func (c *metaCache) expired(path string) (entry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ce, found := c.entries[path]
+	dir, name := splitPath(path)
+	if l, ok := c.listings[dir]; ok && (!found || l.seq > ce.seq) {
+		if i, ok := l.byName[name]; ok {
+			return l.entries[i].entry, true
+		}
+		return entry{kind: kindNone}, true
+	}
+	return ce.e, found
+}
+
 // put caches what path resolved to.
 func (c *metaCache) put(path string, e entry) {
 	ttl := c.ttl

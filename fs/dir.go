@@ -155,7 +155,7 @@ func (fs *fileSystem) fetchPage(ctx context.Context, h *dirHandle) error {
 // LOCKS_REQUIRED(fs.mu)
 func (fs *fileSystem) direntInode(dir string, e dirEntry) fuseops.InodeID {
 	path := childPath(dir, e.name)
-	if id, ok := fs.byKey[inodeKey{path: path, dir: e.kind == kindDir}]; ok {
+	if id, ok := fs.byKey[keyOf(path, e.entry)]; ok {
 		return id
 	}
 	h := fnv.New64a()

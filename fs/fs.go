@@ -17,6 +17,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -109,6 +110,8 @@ type fileSystem struct {
 	resolves     singleflight.Group // one fetch per name at a time
 	hidden       atomic.Uint64      // names hidden because they cannot be POSIX names
 	hiddenLogged atomic.Bool
+	staleServed  atomic.Uint64 // resolves answered from expired metadata in an outage
+	staleLogged  atomic.Bool
 	hiddenMetric prometheus.Counter // nil without a Registerer
 
 	mu sync.Mutex
@@ -130,10 +133,14 @@ var _ fuseutil.FileSystem = (*fileSystem)(nil)
 
 // inodeKey names an inode: the same path as a file and as a directory are
 // different inodes, so a name that turns from one into the other gets a
-// new inode number rather than changing type under the kernel.
+// new inode number rather than changing type under the kernel. So is each
+// version of a file: the kernel's page cache belongs to the inode, and a
+// handle still reading the old version must never be served the new
+// version's pages that another handle brought in.
 type inodeKey struct {
-	path string
-	dir  bool
+	path    string
+	dir     bool
+	version string // files: the object version the inode shows
 }
 
 type inode struct {
@@ -143,13 +150,17 @@ type inode struct {
 	dir  bool
 
 	// Mutable state
-	lookups  uint64        // GUARDED_BY(fileSystem.mu)
+	lookups uint64 // GUARDED_BY(fileSystem.mu)
+	// obj is the version the inode shows, fixed for its life, unless the
+	// store gives no versions (Version ""): then it follows the store.
 	obj      bucket.Object // GUARDED_BY(fileSystem.mu); files only
 	opened   bool          // GUARDED_BY(fileSystem.mu); has been opened before
 	openedAt string        // GUARDED_BY(fileSystem.mu); obj.Version at the last open
 }
 
-func (in *inode) key() inodeKey { return inodeKey{path: in.path, dir: in.dir} }
+func (in *inode) key() inodeKey {
+	return inodeKey{path: in.path, dir: in.dir, version: in.obj.Version}
+}
 
 // newFileSystem builds the file system; now is the clock (tests pass a
 // fake one).
@@ -209,7 +220,11 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 			Name: "ferry_fs_inodes",
 			Help: "Inodes the kernel currently holds references to.",
 		}, func() float64 { return float64(fs.inodeCount()) })
-		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes} {
+		stale := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_stale_metadata_total",
+			Help: "Names answered from expired metadata because the store could not be reached.",
+		}, func() float64 { return float64(fs.staleServed.Load()) })
+		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -321,12 +336,14 @@ func (fs *fileSystem) errno(op string, path string, err error) error {
 // resolve says what path is: a file (with its object), a directory or
 // nothing. A fresh cache entry answers without a request; otherwise Stat
 // and a one-result List run concurrently, and concurrent resolves of one
-// path share one fetch.
+// path share one fetch. If the store cannot be reached, an expired entry
+// still answers (and is not renewed): a name the mount knew stays usable
+// through an outage, and its bytes may be in the disk cache.
 func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 	if e, ok := fs.cache.lookup(path); ok {
 		return e, nil
 	}
-	v, err, _ := fs.resolves.Do(path, func() (any, error) {
+	ch := fs.resolves.DoChan(path, func() (any, error) {
 		// A resolve that finished between our cache check and Do has
 		// filled the cache already.
 		if e, ok := fs.cache.lookup(path); ok {
@@ -339,15 +356,29 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 		// retries still bound it).
 		e, err := fs.fetch(context.WithoutCancel(ctx), path)
 		if err != nil {
+			if old, ok := fs.cache.expired(path); ok && errors.Is(err, bucket.ErrUnavailable) {
+				fs.staleServed.Add(1)
+				if !fs.staleLogged.Swap(true) {
+					fs.log.Warn("fs: store unavailable; answering from expired metadata (logged once)", "path", path, "err", err)
+				}
+				return old, nil
+			}
 			return entry{}, err
 		}
 		fs.cache.put(path, e)
 		return e, nil
 	})
-	if err != nil {
-		return entry{}, err
+	// An interrupted caller (Ctrl-C, FUSE interrupt) stops waiting at once;
+	// the shared fetch goes on for the others and fills the cache.
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return entry{}, r.Err
+		}
+		return r.Val.(entry), nil
+	case <-ctx.Done():
+		return entry{}, fmt.Errorf("%w: resolving %q: %w", bucket.ErrCanceled, path, ctx.Err())
 	}
-	return v.(entry), nil
 }
 
 // fetch asks the store what path is. A directory wins over a file of the
@@ -428,29 +459,39 @@ func (fs *fileSystem) attributes(in *inode) fuseops.InodeAttributes {
 //
 // LOCKS_REQUIRED(fs.mu)
 func (fs *fileSystem) acquire(path string, e entry) *inode {
-	key := inodeKey{path: path, dir: e.kind == kindDir}
+	key := keyOf(path, e)
 	in, ok := fs.inodes[fs.byKey[key]]
 	if !ok {
 		in = &inode{id: fs.nextInode, path: path, dir: key.dir}
+		if !in.dir {
+			in.obj = e.obj
+		}
 		fs.nextInode++
 		fs.inodes[in.id] = in
 		fs.byKey[key] = in.id
 	}
-	if !in.dir {
-		fs.updateObject(in, e.obj)
-	}
+	fs.followUnversioned(in, e)
 	in.lookups++
 	return in
 }
 
-// updateObject records a newer view of a file's object. A listing served
-// from cache may be older than what a lookup saw, so an older Updated time
-// never replaces a newer one.
+// keyOf is the key of the inode that shows e at path.
+func keyOf(path string, e entry) inodeKey {
+	if e.kind == kindDir {
+		return inodeKey{path: path, dir: true}
+	}
+	return inodeKey{path: path, version: e.obj.Version}
+}
+
+// followUnversioned updates a file inode of a store without versions
+// (nothing to pin, so nothing to keep apart) to the store's latest view; a
+// listing served from cache may be older than what a lookup saw, so an
+// older Updated time never replaces a newer one.
 //
 // LOCKS_REQUIRED(fs.mu)
-func (fs *fileSystem) updateObject(in *inode, obj bucket.Object) {
-	if in.obj.Version == "" || !obj.Updated.Before(in.obj.Updated) {
-		in.obj = obj
+func (fs *fileSystem) followUnversioned(in *inode, e entry) {
+	if !in.dir && e.kind == kindFile && in.obj.Version == "" && e.obj.Version == "" && !e.obj.Updated.Before(in.obj.Updated) {
+		in.obj = e.obj
 	}
 }
 
@@ -542,14 +583,18 @@ func (fs *fileSystem) LookUpInode(ctx context.Context, op *fuseops.LookUpInodeOp
 func (fs *fileSystem) GetInodeAttributes(ctx context.Context, op *fuseops.GetInodeAttributesOp) error {
 	fs.mu.Lock()
 	in, ok := fs.inodes[op.Inode]
+	unversioned := ok && !in.dir && in.obj.Version == ""
 	fs.mu.Unlock()
 	if !ok {
 		return syscall.ESTALE
 	}
-	if !in.dir {
-		// A file's size and mtime follow the store once the TTL lets them.
-		if _, err := fs.refresh(ctx, in); err != nil && !errors.Is(err, syscall.ENOENT) {
-			return err
+	// A file inode shows one version, whose attributes never change (a
+	// new version is a new inode, found by lookup). Only a store without
+	// versions is asked again, once the TTL lets it; if it cannot say,
+	// the last attributes stand.
+	if unversioned {
+		if _, err := fs.current(ctx, in); err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, bucket.ErrUnavailable) {
+			return fs.errno("getattr", in.path, err)
 		}
 	}
 	fs.mu.Lock()
@@ -559,21 +604,21 @@ func (fs *fileSystem) GetInodeAttributes(ctx context.Context, op *fuseops.GetIno
 	return nil
 }
 
-// refresh re-resolves a file inode's path (from cache while fresh) and
-// records the current object. It returns ENOENT if the path is no longer
-// a file; the inode keeps its last attributes then.
-func (fs *fileSystem) refresh(ctx context.Context, in *inode) (bucket.Object, error) {
+// current re-resolves a file inode's path (from cache while fresh) and
+// returns the object there now; an unversioned inode follows it. The error
+// is syscall.ENOENT if the path is no longer a file, else the store's.
+func (fs *fileSystem) current(ctx context.Context, in *inode) (bucket.Object, error) {
 	e, err := fs.resolve(ctx, in.path)
 	if err != nil {
-		return bucket.Object{}, fs.errno("refresh", in.path, err)
+		return bucket.Object{}, err
 	}
 	if e.kind != kindFile {
 		return bucket.Object{}, syscall.ENOENT
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.updateObject(in, e.obj)
-	return in.obj, nil
+	fs.followUnversioned(in, e)
+	return e.obj, nil
 }
 
 func (fs *fileSystem) ForgetInode(ctx context.Context, op *fuseops.ForgetInodeOp) error {
@@ -612,10 +657,30 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	if in.dir {
 		return syscall.EISDIR
 	}
+	fs.mu.Lock()
+	own := in.obj
+	fs.mu.Unlock()
 	// The object as of now (a fresh cache entry answers without a request).
-	obj, err := fs.refresh(ctx, in)
-	if err != nil {
-		return err
+	obj, err := fs.current(ctx, in)
+	switch {
+	case err != nil && errors.Is(err, bucket.ErrUnavailable) && own.Version != "":
+		// The store cannot say; the inode's own version is pinned, and
+		// its bytes may be in the disk cache.
+		obj = own
+	case err != nil:
+		return fs.errno("open", in.path, err)
+	}
+	if own.Version != "" {
+		if obj.Version != own.Version {
+			// The kernel reached this inode through a name it cached
+			// longer than we did: the name now holds another version,
+			// shown by another inode. ESTALE makes the kernel look the
+			// name up again and open that one (open(2) retries with
+			// LOOKUP_REVAL); serving the new version here would put its
+			// pages in this inode's page cache, under readers of the old.
+			return syscall.ESTALE
+		}
+		obj = own
 	}
 	h := &fileHandle{obj: obj, reader: fs.open(obj)}
 

@@ -405,9 +405,15 @@ func TestLookupSingleflight(t *testing.T) {
 	assert.Equal(t, int64(1), b.Stats().Lists)
 
 	fs.mu.Lock()
-	in := fs.inodes[fs.byKey[inodeKey{path: "f"}]]
-	assert.Equal(t, uint64(n), in.lookups)
-	fs.mu.Unlock()
+	defer fs.mu.Unlock()
+	var found []*inode
+	for _, in := range fs.inodes {
+		if in.path == "f" {
+			found = append(found, in)
+		}
+	}
+	require.Len(t, found, 1)
+	assert.Equal(t, uint64(n), found[0].lookups)
 }
 
 func TestLookupTTL(t *testing.T) {
@@ -611,44 +617,62 @@ func TestOpenReadKeepPageCache(t *testing.T) {
 	f, err := lookUp(fs, fuseops.RootInodeID, "f")
 	require.NoError(t, err)
 
-	open := func() *fuseops.OpenFileOp {
-		op := &fuseops.OpenFileOp{Inode: f.Child}
+	open := func(ino fuseops.InodeID) *fuseops.OpenFileOp {
+		op := &fuseops.OpenFileOp{Inode: ino}
 		require.NoError(t, fs.OpenFile(ctx, op))
 		t.Cleanup(func() { fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}) })
 		return op
 	}
-	read := func(h fuseops.HandleID, off, size int64) (string, error) {
-		op := &fuseops.ReadFileOp{Inode: f.Child, Handle: h, Offset: off, Size: size, Dst: make([]byte, size)}
+	read := func(ino fuseops.InodeID, h fuseops.HandleID, off, size int64) (string, error) {
+		op := &fuseops.ReadFileOp{Inode: ino, Handle: h, Offset: off, Size: size, Dst: make([]byte, size)}
 		err := fs.ReadFile(ctx, op)
 		return string(op.Dst[:op.BytesRead]), err
 	}
 
-	o1 := open()
+	o1 := open(f.Child)
 	assert.False(t, o1.KeepPageCache, "first open has nothing to keep")
-	s, err := read(o1.Handle, 8, 100)
+	s, err := read(f.Child, o1.Handle, 8, 100)
 	require.NoError(t, err)
 	assert.Equal(t, "one", s, "short read at EOF")
-	o2 := open()
+	o2 := open(f.Child)
 	assert.True(t, o2.KeepPageCache, "same version")
 
+	// A new version is a new inode. The old one, reached through a name
+	// the kernel still caches, is not opened on the new version (its page
+	// cache holds the old one's pages): ESTALE sends the kernel back to
+	// lookup.
 	b.put("f", []byte("version two!"))
-	o3 := open()
-	assert.False(t, o3.KeepPageCache, "new version must drop the kernel's pages")
-	s, err = read(o3.Handle, 0, 100)
+	assert.Equal(t, syscall.ESTALE, fs.OpenFile(ctx, &fuseops.OpenFileOp{Inode: f.Child}))
+	f2, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	require.NotEqual(t, f.Child, f2.Child, "a new version gets a new inode")
+	assert.Equal(t, uint64(12), f2.Attributes.Size)
+	o3 := open(f2.Child)
+	assert.False(t, o3.KeepPageCache, "first open of the new version's inode")
+	s, err = read(f2.Child, o3.Handle, 0, 100)
 	require.NoError(t, err)
 	assert.Equal(t, "version two!", s)
-	_, err = read(o1.Handle, 0, 4)
+	_, err = read(f.Child, o1.Handle, 0, 4)
 	assert.Equal(t, syscall.ESTALE, err, "an old handle never returns the new version's bytes")
-	assert.True(t, open().KeepPageCache)
+	assert.True(t, open(f2.Child).KeepPageCache)
+
+	// The old inode keeps its version's attributes (fstat on an old fd),
+	// without asking the store.
+	before := b.requests()
+	ga := &fuseops.GetInodeAttributesOp{Inode: f.Child}
+	require.NoError(t, fs.GetInodeAttributes(ctx, ga))
+	assert.Equal(t, uint64(11), ga.Attributes.Size)
+	assert.Equal(t, before, b.requests())
 
 	// Reads larger than jacobsa's buffer come without Dst.
-	op := &fuseops.ReadFileOp{Inode: f.Child, Handle: o3.Handle, Offset: 8, Size: 4 << 20}
+	op := &fuseops.ReadFileOp{Inode: f2.Child, Handle: o3.Handle, Offset: 8, Size: 4 << 20}
 	require.NoError(t, fs.ReadFile(ctx, op))
 	require.Len(t, op.Data, 1)
 	assert.Equal(t, "two!", string(op.Data[0]))
 
 	require.NoError(t, b.Delete(ctx, "f"))
-	assert.Equal(t, syscall.ENOENT, fs.OpenFile(ctx, &fuseops.OpenFileOp{Inode: f.Child}))
+	assert.Equal(t, syscall.ENOENT, fs.OpenFile(ctx, &fuseops.OpenFileOp{Inode: f2.Child}))
+	fs.checkInvariants()
 }
 
 func TestWriteOpsAreEROFS(t *testing.T) {
@@ -713,4 +737,93 @@ func TestHiddenNamesWarnOnce(t *testing.T) {
 	}
 	assert.Equal(t, uint64(2), fs.hiddenNames())
 	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN msg=\"hiding object names"), logs.String())
+}
+
+// TestOutageServesExpiredMetadata: once the TTL has run out, a store that
+// cannot be reached does not make known names fail: lookup, open and
+// getattr answer from what the mount knew (the bytes may be cached);
+// names it never knew give EIO; the store's return renews everything.
+func TestOutageServesExpiredMetadata(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/f", []byte("cached bytes"))
+	b.put("d/g", []byte("listed"))
+	clock := newFakeClock()
+	fs := newTestFS(t, b, clock, func(c *Config) { c.MetadataTTL = time.Minute })
+	ctx := context.Background()
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	f, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	dh := &fuseops.OpenDirOp{Inode: d.Child}
+	require.NoError(t, fs.OpenDir(ctx, dh))
+	require.NoError(t, fs.ReadDir(ctx, &fuseops.ReadDirOp{Inode: d.Child, Handle: dh.Handle, Dst: make([]byte, 4096)}))
+	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: dh.Handle}))
+
+	down := func() error { return fmt.Errorf("%w: connection refused", bucket.ErrUnavailable) }
+	b.SetFaults(mem.Faults{
+		Stat: func(context.Context, *bucket.StatRequest) error { return down() },
+		List: func(context.Context, *bucket.ListRequest) error { return down() },
+	})
+	clock.Advance(61 * time.Second)
+
+	f2, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err, "a known name through an outage")
+	assert.Equal(t, f.Child, f2.Child)
+	g, err := lookUp(fs, d.Child, "g")
+	require.NoError(t, err, "a name known from a listing")
+	assert.Equal(t, uint64(6), g.Attributes.Size)
+	op := &fuseops.OpenFileOp{Inode: f.Child}
+	require.NoError(t, fs.OpenFile(ctx, op), "open of a known file")
+	require.NoError(t, fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}))
+	require.NoError(t, fs.GetInodeAttributes(ctx, &fuseops.GetInodeAttributesOp{Inode: f.Child}))
+	_, err = lookUp(fs, d.Child, "never-seen")
+	assert.Equal(t, syscall.ENOENT, err, "the listing said so")
+	_, err = lookUp(fs, fuseops.RootInodeID, "never-seen")
+	assert.Equal(t, syscall.EIO, err, "nothing known about it")
+	assert.Equal(t, uint64(4), fs.staleServed.Load())
+
+	// Back: the next lookup asks the store and sees the change.
+	b.SetFaults(mem.Faults{})
+	b.put("d/f", []byte("new bytes, longer"))
+	f3, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	assert.NotEqual(t, f.Child, f3.Child, "the new version, a new inode")
+	assert.Equal(t, uint64(17), f3.Attributes.Size)
+	for _, e := range []fuseops.ChildInodeEntry{d, f, f2, g, f3} {
+		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
+	}
+}
+
+// TestInterruptedLookupReturns: a lookup whose caller is interrupted
+// returns EINTR at once, while the fetch it shared goes on and serves the
+// next caller.
+func TestInterruptedLookupReturns(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", []byte("x"))
+	gate := make(chan struct{})
+	b.SetFaults(mem.Faults{Stat: func(context.Context, *bucket.StatRequest) error {
+		<-gate
+		return nil
+	}})
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- fs.LookUpInode(ctx, &fuseops.LookUpInodeOp{Parent: fuseops.RootInodeID, Name: "f"})
+	}()
+	for b.Stats().Stats == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		assert.Equal(t, syscall.EINTR, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("an interrupted lookup waited for the store")
+	}
+	close(gate)
+	e, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	require.NoError(t, fs.ForgetInode(context.Background(), &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
+	assert.Equal(t, int64(1), b.Stats().Stats, "the shared fetch served the second caller")
 }
