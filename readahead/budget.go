@@ -3,6 +3,7 @@ package readahead
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"ferry/bucket"
@@ -13,9 +14,12 @@ import (
 // returned to the pool.
 //
 // Demand reads call Acquire: they wait, but first ask reclaim to drop idle
-// prefetched buffers. Speculative readahead calls TryAcquire, which fails
-// (and the caller drops the work) when the budget is full or a demand read is
-// waiting, so demand reads get the memory first.
+// prefetched buffers. Waiting demand reads are served first come, first
+// served: under a stream of small reads, freed memory would otherwise
+// always fit a small waiter first and a large one could wait for ever.
+// Speculative readahead calls TryAcquire, which fails (and the caller
+// drops the work) when the budget is full or a demand read is waiting, so
+// demand reads get the memory first.
 type budget struct {
 	// Constant data
 	limit int64
@@ -30,6 +34,10 @@ type budget struct {
 	used    int64 // GUARDED_BY(mu)
 	peak    int64 // GUARDED_BY(mu)
 	waiters int   // demand readers blocked in Acquire; GUARDED_BY(mu)
+	// queue holds the tickets of the waiting Acquires in arrival order;
+	// only the head may take memory (and reclaim for it).
+	queue      []uint64 // GUARDED_BY(mu)
+	nextTicket uint64   // GUARDED_BY(mu)
 	// wake is closed (and replaced) whenever memory may have become
 	// available or reclaimable.
 	wake chan struct{} // GUARDED_BY(mu)
@@ -61,32 +69,40 @@ func (b *budget) TryAcquire(n int64) bool {
 	return true
 }
 
-// Acquire takes n bytes, waiting until they are free. The caller must hold
-// no other budgeted memory that only it can release, or it may deadlock.
+// Acquire takes n bytes, waiting until they are free and every earlier
+// waiter has been served. The caller must hold no other budgeted memory
+// that only it can release, or it may deadlock.
 func (b *budget) Acquire(ctx context.Context, n int64) error {
 	if n > b.limit {
 		return fmt.Errorf("readahead: %w: %d bytes exceed the memory limit %d", bucket.ErrInvalid, n, b.limit)
 	}
 	b.mu.Lock()
-	waiting := false
+	if b.waiters == 0 && b.used+n <= b.limit {
+		b.take(n)
+		b.mu.Unlock()
+		return nil
+	}
+	ticket := b.nextTicket
+	b.nextTicket++
+	b.queue = append(b.queue, ticket)
+	b.waiters++
 	for {
-		if b.used+n <= b.limit {
-			if waiting {
-				b.waiters--
-			}
+		head := b.queue[0] == ticket
+		if head && b.used+n <= b.limit {
+			b.queue = b.queue[1:]
+			b.waiters--
 			b.take(n)
+			if b.waiters > 0 {
+				b.notifyLocked() // the next in line may fit too
+			}
 			b.mu.Unlock()
 			return nil
-		}
-		if !waiting {
-			waiting = true
-			b.waiters++
 		}
 		// Take the channel before reclaiming: a buffer that turns idle
 		// after a failed reclaim closes it and we try again.
 		wake := b.wake
 		b.mu.Unlock()
-		if b.reclaim != nil && b.reclaim() {
+		if head && b.reclaim != nil && b.reclaim() {
 			b.mu.Lock()
 			continue
 		}
@@ -94,7 +110,12 @@ func (b *budget) Acquire(ctx context.Context, n int64) error {
 		case <-wake:
 		case <-ctx.Done():
 			b.mu.Lock()
+			i := slices.Index(b.queue, ticket)
+			b.queue = slices.Delete(b.queue, i, i+1)
 			b.waiters--
+			if i == 0 && b.waiters > 0 {
+				b.notifyLocked() // the next in line is the head now
+			}
 			b.mu.Unlock()
 			return bucket.ContextError(ctx, ctx.Err())
 		}

@@ -57,7 +57,17 @@ var ErrClosed = errors.New("readahead: closed")
 // it waited for (someone else's) failed or were cancelled.
 const maxAttempts = 16
 
-type objKey struct{ name, version string }
+// objKey names the bytes a part holds. Size is part of it (as in
+// filecache): one version has one size, and a store that gives no
+// versions (Version "") must never let an object of one length be served
+// from a part of another. Without a version nothing tells two contents
+// apart, so such handles do not share parts at all: unpinned says which
+// handle the part belongs to.
+type objKey struct {
+	name, version string
+	size          uint64
+	unpinned      uint64
+}
 
 type blockKey struct {
 	obj objKey
@@ -137,6 +147,8 @@ type Fetcher struct {
 	// bytes and writing them to the cache.
 	afterPublish func(*part)
 
+	unpinned atomic.Uint64 // numbers handles of unversioned objects (objKey)
+
 	mu    sync.Mutex
 	table map[blockKey]*part // GUARDED_BY(mu)
 	// resident holds completed parts kept in memory, least recently used
@@ -174,7 +186,10 @@ func New(cfg Config) (*Fetcher, error) {
 
 // Open returns a handle reading obj, pinned to obj.Version.
 func (f *Fetcher) Open(obj bucket.Object) *Handle {
-	h := &Handle{f: f, obj: obj, key: objKey{obj.Name, obj.Version}}
+	h := &Handle{f: f, obj: obj, key: objKey{name: obj.Name, version: obj.Version, size: obj.Size}}
+	if obj.Version == "" {
+		h.key.unpinned = f.unpinned.Add(1)
+	}
 	h.ctx, h.cancel = context.WithCancel(f.ctx)
 	h.whole.Store(f.cfg.SmallObjectSize > 0 && int64(obj.Size) <= f.cfg.SmallObjectSize)
 	h.medium = f.cfg.SmallObjectSize > 0 && int64(obj.Size) <= min(mediumObjectSize, f.cfg.PartSize)
@@ -420,6 +435,12 @@ func (f *Fetcher) unrefLocked(p *part) {
 		p.buf = nil
 		f.budget.Release(p.cost)
 		p.cost = 0
+	}
+	if p.refs == 1 && p.elem != nil {
+		// Only the keep reference is left: the part is reclaimable now,
+		// and a demand read waiting for memory (which skipped it while a
+		// reader held it) must look again, or it sleeps on.
+		f.budget.Notify()
 	}
 }
 

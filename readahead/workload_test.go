@@ -278,7 +278,7 @@ func TestSingleFlight(t *testing.T) {
 	require.Eventually(t, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		p := f.table[blockKey{objKey{obj.Name, obj.Version}, 10 * MiB / (64 * KiB)}]
+		p := f.table[blockKey{objKey{name: obj.Name, version: obj.Version, size: obj.Size}, 10 * MiB / (64 * KiB)}]
 		return p != nil && p.refs == readers+1
 	}, 10*time.Second, time.Millisecond)
 	close(g.open)
