@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"cloud.google.com/go/auth"
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 
@@ -38,7 +39,20 @@ func mapError(ctx context.Context, op, name string, err error) error {
 func classify(err error) (error, time.Duration) {
 	var gerr *googleapi.Error
 	var nerr net.Error
+	var aerr *auth.Error
 	switch {
+	case errors.As(err, &aerr) && aerr.Response != nil:
+		// The token endpoint answered (it comes wrapped in *url.Error, a
+		// net.Error, so this goes first): 4xx is a refused credential (a
+		// revoked or disabled key, invalid_grant), which retrying will not
+		// change; 429 and 5xx are the endpoint's own trouble.
+		switch c := aerr.Response.StatusCode; {
+		case c == http.StatusTooManyRequests, c == http.StatusRequestTimeout, c >= 500:
+			return bucket.ErrUnavailable, retryAfter(aerr.Response.Header)
+		case c >= 400:
+			return bucket.ErrPermission, 0
+		}
+		return nil, 0
 	case errors.Is(err, storage.ErrObjectNotExist), errors.Is(err, storage.ErrBucketNotExist):
 		return bucket.ErrNotFound, 0
 	case errors.As(err, &gerr):

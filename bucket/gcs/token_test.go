@@ -1,0 +1,61 @@
+package gcs
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+// TestTokenEndpointRefusal: a key the token endpoint refuses (revoked or
+// disabled: 400 invalid_grant, 401) is a permission error, not retried and
+// not EIO; the endpoint's own 5xx is worth retrying.
+func TestTokenEndpointRefusal(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	for code, want := range map[int]error{400: bucket.ErrPermission, 401: bucket.ErrPermission, 503: bucket.ErrUnavailable} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			tokens := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(code)
+				_, _ = io.WriteString(w, `{"error":"invalid_grant","error_description":"Invalid JWT Signature."}`)
+			}))
+			defer tokens.Close()
+			sa, err := json.Marshal(map[string]string{
+				"type": "service_account", "project_id": "p", "private_key_id": "k1",
+				"private_key": string(pemKey), "client_email": "sa@p.iam.gserviceaccount.com",
+				"client_id": "1", "token_uri": tokens.URL,
+			})
+			require.NoError(t, err)
+			keyFile := filepath.Join(t.TempDir(), "key.json")
+			require.NoError(t, os.WriteFile(keyFile, sa, 0o600))
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				t.Errorf("a request reached the API without a token: %s", r.URL)
+			}))
+			defer api.Close()
+
+			b, err := New(t.Context(), Config{Bucket: "b", Endpoint: api.URL, KeyFile: keyFile})
+			require.NoError(t, err)
+			defer b.Close()
+			_, err = b.Stat(t.Context(), &bucket.StatRequest{Name: "o"})
+			require.Error(t, err)
+			assert.ErrorIs(t, err, want)
+			assert.Equal(t, errors.Is(want, bucket.ErrUnavailable), bucket.IsRetryable(err))
+		})
+	}
+}
