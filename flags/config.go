@@ -194,6 +194,12 @@ func (cfg *Config) validate(isSet func(string) bool) error {
 			}
 		}
 	}
+	// Readahead parts are whole cache blocks: with large blocks, four
+	// parts (what readahead needs at least) outgrow a small limit.
+	if part := max(cfg.CacheBlockSize, 4<<20); cfg.CacheDir != "" && cfg.MemoryLimit < 4*part {
+		return optionErr("memory-limit", "%s is below four readahead parts of %s (with --cache-block-size %s); give at least %s",
+			humanSize(cfg.MemoryLimit), humanSize(part), humanSize(cfg.CacheBlockSize), humanSize(4*part))
+	}
 	if total := totalMemory(); total > 0 && uint64(cfg.MemoryLimit) > total {
 		return optionErr("memory-limit", "%s is more than this machine's %s of memory",
 			humanSize(cfg.MemoryLimit), humanSize(int64(total)))

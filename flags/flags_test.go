@@ -160,6 +160,7 @@ func TestValidationNamesTheOption(t *testing.T) {
 		{[]string{"--memory-limit=1MiB"}, "memory-limit", "below the minimum of 32 MiB"},
 		{[]string{"--memory-limit=1EiB"}, "memory-limit", "more than this machine"},
 		{[]string{"--memory-limit=lots"}, "memory-limit", "not a size"},
+		{[]string{"--cache-dir=/c", "--cache-block-size=16MiB", "--memory-limit=32MiB"}, "memory-limit", "below four readahead parts of 16 MiB"},
 		{[]string{"--file-mode=0999"}, "file-mode", "not an octal mode"},
 		{[]string{"--dir-mode=4755"}, "dir-mode", "beyond 0777"},
 		{[]string{"--file-mode="}, "file-mode", "not an octal mode"},
