@@ -264,6 +264,9 @@ type reader struct {
 	// off is the absolute offset of the next byte to return.
 	// INVARIANT: req.Range.Start <= off
 	off uint64
+	// failed and failOff: whether a body has failed, and r.off then.
+	failed  bool
+	failOff uint64
 	// pending is the retryable body failure to recover from on the next
 	// Read, set when that failure came with bytes that were returned first.
 	pending error
@@ -273,6 +276,10 @@ type reader struct {
 }
 
 var errClosed = fmt.Errorf("%w: read after close", bucket.ErrInvalid)
+
+// minProgress is how many bytes a resumed body must deliver before its
+// failure counts as a new outage rather than more of the same one.
+const minProgress = 256 << 10
 
 func (r *reader) open() error {
 	req := r.req
@@ -333,7 +340,14 @@ func (r *reader) Read(p []byte) (int, error) {
 		// says nothing new.
 		_ = r.rc.Close()
 		r.rc = nil
-		r.bud.outageStart = r.b.cfg.Now()
+		// A body that delivered real progress since the last failure
+		// starts a new outage, with a full budget: a long healthy transfer
+		// may fail more than once. One that did not (it fails at once, or
+		// trickles) stays in the outage it is in, so the budget bounds it.
+		if !r.failed || r.off-r.failOff >= minProgress {
+			r.bud.outageStart = r.b.cfg.Now()
+		}
+		r.failed, r.failOff = true, r.off
 		if n > 0 {
 			// Hand over the bytes we have; recover on the next call.
 			r.pending = err

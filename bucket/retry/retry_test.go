@@ -665,3 +665,40 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func rng(start, limit uint64) bucket.ByteRange { return bucket.ByteRange{Start: start, Limit: limit} }
+
+// TestResumeBudget: with no attempt cap, a body that keeps failing
+// without real progress is bounded by MaxElapsed from its first failure;
+// one that makes real progress before each failure gets a fresh budget
+// each time and completes, however long the whole transfer takes.
+func TestResumeBudget(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 4<<20)
+	for _, tc := range []struct {
+		name  string
+		after int
+		ok    bool
+	}{
+		{"trickle", 1 << 10, false},
+		{"progress", minProgress + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.objects["big"] = fakeObject{data: big, version: "v1"}
+			for range 1000 {
+				f.bodyFaults = append(f.bodyFaults, bodyFault{after: tc.after, err: reset})
+			}
+			c := newClock()
+			b := New(f, c.config(Config{MaxElapsed: 10 * time.Second}))
+			data, err := readAll(t, b, &bucket.ReadRequest{Name: "big", Version: "v1", Range: rng(0, uint64(len(big)))})
+			_, _, opens, _ := f.snapshot()
+			if tc.ok {
+				require.NoError(t, err)
+				assert.Equal(t, big, data)
+				assert.Greater(t, sum(c.Sleeps()), 10*time.Second, "longer than one budget in all")
+				return
+			}
+			require.ErrorIs(t, err, bucket.ErrUnavailable)
+			assert.Less(t, len(opens), 100, "the budget, not the object's end, stopped it")
+			assert.LessOrEqual(t, sum(c.Sleeps()), 10*time.Second)
+		})
+	}
+}
