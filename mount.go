@@ -224,9 +224,11 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		BillingProject: cfg.BillingProject,
 		MaxConnections: storeConns,
 		Timeout:        storeTimeout,
-		Retry:          retry.Config{MaxElapsed: cfg.RetryMaxTime},
-		Registerer:     reg,
-		Logger:         logger,
+		// A body that trickles under 64 KiB per --store-timeout is as stuck
+		// as a silent one.
+		Retry:      retry.Config{MaxElapsed: cfg.RetryMaxTime, SlowWindow: storeTimeout},
+		Registerer: reg,
+		Logger:     logger,
 	})
 	if err != nil {
 		return err // names the URL already

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"ferry/bucket"
@@ -53,6 +54,13 @@ type Config struct {
 	// ("full jitter"), so many clients failing together spread out.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
+	// SlowWindow and SlowBytes: a body that delivers fewer than SlowBytes
+	// (default 64 KiB) in SlowWindow of waiting in Read is abandoned and
+	// resumed as if it had been reset. Silence timeouts do not catch a
+	// store that trickles a byte now and then. Time the caller spends
+	// between Reads does not count. Zero SlowWindow turns this off.
+	SlowWindow time.Duration
+	SlowBytes  int64
 	// Logger receives one debug line per retry; nil logs nothing.
 	Logger *slog.Logger
 	// OnRetry, if set, is called before each retry wait with the op
@@ -76,6 +84,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BaseDelay <= 0 {
 		c.BaseDelay = DefaultBaseDelay
+	}
+	if c.SlowBytes <= 0 {
+		c.SlowBytes = 64 << 10
 	}
 	if c.MaxDelay <= 0 {
 		c.MaxDelay = DefaultMaxDelay
@@ -259,8 +270,17 @@ type reader struct {
 
 	// Mutable state, used by one goroutine at a time (io.Reader contract).
 	bud *budget
-	// rc is the current body, nil after a failure until reopened.
-	rc io.ReadCloser
+	// rc is the current body, nil after a failure until reopened; cancel
+	// ends its request.
+	rc     io.ReadCloser
+	cancel context.CancelFunc
+	// The slow-body watchdog of the current body (nil when off): it runs
+	// only inside Read; waited and got are the time spent and the bytes
+	// received since the body last delivered SlowBytes.
+	watchdog *time.Timer
+	slow     *atomic.Bool // set by the watchdog before it cancels
+	waited   time.Duration
+	got      int64
 	// off is the absolute offset of the next byte to return.
 	// INVARIANT: req.Range.Start <= off
 	off uint64
@@ -285,13 +305,61 @@ func (r *reader) open() error {
 	req := r.req
 	req.Range.Start = r.off
 	return r.b.do(r.ctx, OpRead, r.req.Name, r.bud, func() error {
-		rc, err := r.b.inner.NewRangeReader(r.ctx, &req)
+		ctx, cancel := context.WithCancel(r.ctx)
+		rc, err := r.b.inner.NewRangeReader(ctx, &req)
 		if err != nil {
+			cancel()
 			return err
 		}
-		r.rc = rc
+		r.rc, r.cancel = rc, cancel
+		r.waited, r.got = 0, 0
+		if r.b.cfg.SlowWindow > 0 {
+			slow := new(atomic.Bool)
+			r.slow = slow
+			r.watchdog = time.AfterFunc(time.Hour, func() {
+				slow.Store(true)
+				cancel()
+			})
+			r.watchdog.Stop()
+		}
 		return nil
 	})
+}
+
+// drop closes the current body and ends its request.
+func (r *reader) drop() error {
+	if r.watchdog != nil {
+		r.watchdog.Stop()
+		r.watchdog = nil
+	}
+	err := r.rc.Close()
+	r.cancel()
+	r.rc, r.cancel = nil, nil
+	return err
+}
+
+// readBody reads from the current body under the slow-body watchdog. A
+// body the watchdog cut off fails with ErrUnavailable (retryable), not
+// with the cancellation it caused.
+func (r *reader) readBody(p []byte) (int, error) {
+	if r.watchdog == nil {
+		return r.rc.Read(p)
+	}
+	r.watchdog.Reset(r.b.cfg.SlowWindow - r.waited)
+	start := time.Now()
+	n, err := r.rc.Read(p)
+	r.watchdog.Stop()
+	r.waited += time.Since(start)
+	r.got += int64(n)
+	if r.got >= r.b.cfg.SlowBytes {
+		r.waited, r.got = 0, 0
+	}
+	// (Cut off just after a Read that succeeded, the next one fails.)
+	if err != nil && err != io.EOF && r.slow.Load() && r.ctx.Err() == nil {
+		err = fmt.Errorf("%w: read %q: fewer than %d bytes from the store in %v", bucket.ErrUnavailable,
+			r.req.Name, r.b.cfg.SlowBytes, r.b.cfg.SlowWindow)
+	}
+	return n, err
 }
 
 // resumable reports whether a body failure can be recovered by reopening.
@@ -322,7 +390,7 @@ func (r *reader) Read(p []byte) (int, error) {
 		}
 	}
 	for {
-		n, err := r.rc.Read(p)
+		n, err := r.readBody(p)
 		r.off += uint64(n)
 		if err == nil {
 			return n, nil
@@ -338,8 +406,7 @@ func (r *reader) Read(p []byte) (int, error) {
 		}
 		// The body is broken: drop it and resume at r.off. Its Close error
 		// says nothing new.
-		_ = r.rc.Close()
-		r.rc = nil
+		_ = r.drop()
 		// A body that delivered real progress since the last failure
 		// starts a new outage, with a full budget: a long healthy transfer
 		// may fail more than once. One that did not (it fails at once, or
@@ -369,7 +436,5 @@ func (r *reader) Close() error {
 	if r.rc == nil {
 		return nil
 	}
-	err := r.rc.Close()
-	r.rc = nil
-	return err
+	return r.drop()
 }

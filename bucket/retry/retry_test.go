@@ -702,3 +702,70 @@ func TestResumeBudget(t *testing.T) {
 		})
 	}
 }
+
+// pacedBucket serves fake's bytes chunk bytes at a time, every gap, as a
+// store that trickles does; its bodies end when their context does (a
+// cancelled request).
+type pacedBucket struct {
+	*fake
+	chunk int
+	gap   time.Duration
+}
+
+func (p *pacedBucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (io.ReadCloser, error) {
+	rc, err := p.fake.NewRangeReader(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &pacedBody{ReadCloser: rc, ctx: ctx, p: p}, nil
+}
+
+type pacedBody struct {
+	io.ReadCloser
+	ctx context.Context
+	p   *pacedBucket
+}
+
+func (b *pacedBody) Read(buf []byte) (int, error) {
+	select {
+	case <-time.After(b.p.gap):
+	case <-b.ctx.Done():
+		return 0, fmt.Errorf("paced body: %w", b.ctx.Err())
+	}
+	return b.ReadCloser.Read(buf[:min(len(buf), b.p.chunk)])
+}
+
+// TestSlowBodyIsCutOff: a store that trickles bytes (never silent long
+// enough for a silence timeout) is abandoned after SlowWindow without
+// SlowBytes and the read fails within the retry budget, instead of taking
+// as long as the trickle; a slow store above the floor is left alone.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 256) // 4 KiB
+	for _, tc := range []struct {
+		name  string
+		chunk int
+		ok    bool
+	}{
+		{"trickle", 1, false},          // 1 byte per 10 ms: 41 s for the object
+		{"slow but moving", 512, true}, // 512 bytes per 10 ms
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.objects["o"] = fakeObject{data: data, version: "v1"}
+			p := &pacedBucket{fake: f, chunk: tc.chunk, gap: 10 * time.Millisecond}
+			c := newClock()
+			b := New(p, c.config(Config{MaxElapsed: time.Second, SlowWindow: 150 * time.Millisecond, SlowBytes: 1 << 10}))
+			start := time.Now()
+			got, err := readAll(t, b, &bucket.ReadRequest{Name: "o", Version: "v1", Range: rng(0, uint64(len(data)))})
+			t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
+			if tc.ok {
+				require.NoError(t, err)
+				assert.Equal(t, data, got)
+				return
+			}
+			require.ErrorIs(t, err, bucket.ErrUnavailable)
+			assert.Contains(t, err.Error(), "fewer than 1024 bytes")
+			assert.Less(t, time.Since(start), 20*time.Second, "the trickle, not the budget, decided")
+		})
+	}
+}
