@@ -124,13 +124,27 @@ func (c *metaCache) lookup(path string) (entry, bool) {
 	// The newer of the name entry and the parent's listing wins: a lookup
 	// after a listing saw a change the listing did not, and vice versa.
 	dir, name := splitPath(path)
-	if l, ok := c.listings[dir]; ok && c.fresh(l.exp) && (!found || l.seq > bestSeq) {
+	if l, ok := c.listings[dir]; ok && c.fresh(l.exp) {
+		le := entry{kind: kindNone}
 		if i, ok := l.byName[name]; ok {
-			return l.entries[i].entry, true
+			le = l.entries[i].entry
 		}
-		return entry{kind: kindNone}, true
+		if !found || newerEntry(le, l.seq, best, bestSeq) {
+			return le, true
+		}
 	}
 	return best, found
+}
+
+// newerEntry reports whether a (stored as seq) says more recent things
+// than b (stored as bseq). Mostly the later stored, but of two versions of
+// a file the later updated: a listing whose request began before an
+// overwrite can be stored after a Stat that saw it.
+func newerEntry(a entry, seq uint64, b entry, bseq uint64) bool {
+	if a.kind == kindFile && b.kind == kindFile && a.obj.Version != b.obj.Version && !a.obj.Updated.Equal(b.obj.Updated) {
+		return a.obj.Updated.After(b.obj.Updated)
+	}
+	return seq > bseq
 }
 
 // expired returns path's entry even if it has expired (while it has not
@@ -141,11 +155,14 @@ func (c *metaCache) expired(path string) (entry, bool) {
 	defer c.mu.Unlock()
 	ce, found := c.entries[path]
 	dir, name := splitPath(path)
-	if l, ok := c.listings[dir]; ok && (!found || l.seq > ce.seq) {
+	if l, ok := c.listings[dir]; ok {
+		le := entry{kind: kindNone}
 		if i, ok := l.byName[name]; ok {
-			return l.entries[i].entry, true
+			le = l.entries[i].entry
 		}
-		return entry{kind: kindNone}, true
+		if !found || newerEntry(le, l.seq, ce.e, ce.seq) {
+			return le, true
+		}
 	}
 	return ce.e, found
 }
@@ -198,9 +215,14 @@ func (c *metaCache) putListing(dir string, entries []dirEntry) {
 	c.seq++
 	c.listings[dir] = cachedListing{entries: entries, byName: byName, exp: exp, seq: c.seq}
 	// Name entries of the children are older than this listing: drop them,
-	// the listing answers for them now.
+	// the listing answers for them now; but not one that saw a newer
+	// version of a file than the listing did.
 	for _, e := range entries {
-		delete(c.entries, childPath(dir, e.name))
+		p := childPath(dir, e.name)
+		if ce, ok := c.entries[p]; ok && !newerEntry(e.entry, c.seq, ce.e, ce.seq) {
+			continue
+		}
+		delete(c.entries, p)
 	}
 	c.maybeSweep()
 }

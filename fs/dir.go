@@ -210,8 +210,18 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 		if direntPlusSize(e.name) > len(buf) {
 			return nil
 		}
+		// A listing can be older than what a lookup has seen since (a
+		// long-lived handle, or a List that began before an overwrite):
+		// never hand the kernel an older version's inode for a name.
+		ent := e.entry
+		if ent.kind == kindFile {
+			if cur, ok := fs.cache.lookup(childPath(h.path, e.name)); ok && cur.kind == kindFile &&
+				cur.obj.Version != ent.obj.Version && cur.obj.Updated.After(ent.obj.Updated) {
+				ent = cur
+			}
+		}
 		fs.mu.Lock()
-		in := fs.acquire(childPath(h.path, e.name), e.entry)
+		in := fs.acquire(childPath(h.path, e.name), ent)
 		d.Inode = in.id
 		n := fuseutil.WriteDirentPlus(buf, fuseutil.DirentPlus{Dirent: d, Entry: fs.childEntry(in)})
 		if n == 0 {

@@ -660,27 +660,34 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	fs.mu.Lock()
 	own := in.obj
 	fs.mu.Unlock()
-	// The object as of now (a fresh cache entry answers without a request).
-	obj, err := fs.current(ctx, in)
-	switch {
-	case err != nil && errors.Is(err, bucket.ErrUnavailable) && own.Version != "":
-		// The store cannot say; the inode's own version is pinned, and
-		// its bytes may be in the disk cache.
-		obj = own
-	case err != nil:
-		return fs.errno("open", in.path, err)
-	}
-	if own.Version != "" {
-		if obj.Version != own.Version {
+	obj := own
+	// A versioned inode opens its own version, unless ferry knows of a
+	// newer one. With --metadata-ttl 0 there is nothing to know: the
+	// kernel looked the name up just now (its entry timeout is 0 too), and
+	// asking the store again would only race with a writer. An
+	// unversioned inode follows the store.
+	if own.Version == "" || fs.ttl != 0 {
+		cur, err := fs.current(ctx, in)
+		switch {
+		case err != nil && errors.Is(err, bucket.ErrUnavailable) && own.Version != "":
+			// The store cannot say; the inode's own version is pinned,
+			// and its bytes may be in the disk cache.
+		case err != nil:
+			return fs.errno("open", in.path, err)
+		case own.Version == "":
+			obj = cur
+		case cur.Version != own.Version && !cur.Updated.Before(own.Updated):
 			// The kernel reached this inode through a name it cached
-			// longer than we did: the name now holds another version,
+			// longer than we did: the name now holds a newer version,
 			// shown by another inode. ESTALE makes the kernel look the
 			// name up again and open that one (open(2) retries with
 			// LOOKUP_REVAL); serving the new version here would put its
 			// pages in this inode's page cache, under readers of the old.
+			// (Metadata older than the inode, a listing that started
+			// before the change, is no reason: the inode's version
+			// stands.)
 			return syscall.ESTALE
 		}
-		obj = own
 	}
 	h := &fileHandle{obj: obj, reader: fs.open(obj)}
 

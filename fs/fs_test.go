@@ -637,12 +637,14 @@ func TestOpenReadKeepPageCache(t *testing.T) {
 	o2 := open(f.Child)
 	assert.True(t, o2.KeepPageCache, "same version")
 
-	// A new version is a new inode. The old one, reached through a name
-	// the kernel still caches, is not opened on the new version (its page
-	// cache holds the old one's pages): ESTALE sends the kernel back to
-	// lookup.
+	// A new version is a new inode. With TTL 0 the kernel looks the name
+	// up before every open; an open that still reaches the old inode
+	// (its last fd reopened through /proc) opens the old version, which
+	// the store no longer has.
 	b.put("f", []byte("version two!"))
-	assert.Equal(t, syscall.ESTALE, fs.OpenFile(ctx, &fuseops.OpenFileOp{Inode: f.Child}))
+	old := open(f.Child)
+	_, err = read(f.Child, old.Handle, 0, 4)
+	assert.Equal(t, syscall.ESTALE, err)
 	f2, err := lookUp(fs, fuseops.RootInodeID, "f")
 	require.NoError(t, err)
 	require.NotEqual(t, f.Child, f2.Child, "a new version gets a new inode")
@@ -671,8 +673,97 @@ func TestOpenReadKeepPageCache(t *testing.T) {
 	assert.Equal(t, "two!", string(op.Data[0]))
 
 	require.NoError(t, b.Delete(ctx, "f"))
-	assert.Equal(t, syscall.ENOENT, fs.OpenFile(ctx, &fuseops.OpenFileOp{Inode: f2.Child}))
+	_, err = lookUp(fs, fuseops.RootInodeID, "f")
+	assert.Equal(t, syscall.ENOENT, err)
 	fs.checkInvariants()
+}
+
+// TestOpenOfOutdatedInode: with a TTL, an open that reaches an inode whose
+// version ferry knows to be replaced answers ESTALE (the kernel then looks
+// the name up again); metadata older than the inode is no such reason.
+func TestOpenOfOutdatedInode(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", []byte("one"))
+	clock := newFakeClock()
+	fs := newTestFS(t, b, clock, nil)
+	ctx := context.Background()
+	f1, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond) // a later Updated
+	b.put("f", []byte("two!"))
+	op := &fuseops.OpenFileOp{Inode: f1.Child}
+	require.NoError(t, fs.OpenFile(ctx, op), "within the TTL ferry knows nothing newer")
+	require.NoError(t, fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}))
+	clock.Advance(2 * time.Minute)
+	assert.Equal(t, syscall.ESTALE, fs.OpenFile(ctx, &fuseops.OpenFileOp{Inode: f1.Child}))
+	f2, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	assert.NotEqual(t, f1.Child, f2.Child)
+	op = &fuseops.OpenFileOp{Inode: f2.Child}
+	require.NoError(t, fs.OpenFile(ctx, op))
+	require.NoError(t, fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}))
+	for _, e := range []fuseops.ChildInodeEntry{f1, f2} {
+		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
+	}
+}
+
+// slowListBucket hands out a listing taken before the gate opens.
+type slowListBucket struct {
+	*testBucket
+	gate, listed chan struct{}
+}
+
+func (b *slowListBucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Listing, error) {
+	l, err := b.testBucket.List(ctx, req)
+	if req.MaxResults != 1 {
+		close(b.listed)
+		<-b.gate
+	}
+	return l, err
+}
+
+// TestOlderListingStoredAfterStat: a listing whose request began before an
+// overwrite is stored after a Stat that saw the new version. The newer
+// version still answers lookups and opens; the kernel is never sent back
+// to the old one.
+func TestOlderListingStoredAfterStat(t *testing.T) {
+	tb := newTestBucket()
+	tb.put("f", []byte("one"))
+	b := &slowListBucket{testBucket: tb, gate: make(chan struct{}), listed: make(chan struct{})}
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	ctx := context.Background()
+	dh := &fuseops.OpenDirOp{Inode: fuseops.RootInodeID}
+	require.NoError(t, fs.OpenDir(ctx, dh))
+	done := make(chan error)
+	dst := make([]byte, 4096)
+	go func() {
+		done <- fs.ReadDirPlus(ctx, &fuseops.ReadDirPlusOp{ReadDirOp: fuseops.ReadDirOp{Inode: fuseops.RootInodeID, Handle: dh.Handle, Dst: dst}})
+	}()
+	<-b.listed // the listing has v1
+	time.Sleep(2 * time.Millisecond)
+	tb.put("f", []byte("two!"))
+	f2, err := lookUp(fs, fuseops.RootInodeID, "f") // Stat: v2
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), f2.Attributes.Size)
+	close(b.gate)
+	require.NoError(t, <-done) // the older listing lands later
+	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: dh.Handle}))
+
+	op := &fuseops.OpenFileOp{Inode: f2.Child}
+	require.NoError(t, fs.OpenFile(ctx, op))
+	rd := &fuseops.ReadFileOp{Inode: f2.Child, Handle: op.Handle, Size: 10, Dst: make([]byte, 10)}
+	require.NoError(t, fs.ReadFile(ctx, rd))
+	assert.Equal(t, "two!", string(rd.Dst[:rd.BytesRead]))
+	require.NoError(t, fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}))
+	again, err := lookUp(fs, fuseops.RootInodeID, "f")
+	require.NoError(t, err)
+	assert.Equal(t, f2.Child, again.Child, "lookups stay on the newer version")
+	// The readdirplus entry, too, was the newer version's inode (one more
+	// reference on it).
+	fs.mu.Lock()
+	assert.Equal(t, uint64(3), fs.inodes[f2.Child].lookups)
+	fs.mu.Unlock()
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: f2.Child, N: 3}))
 }
 
 func TestWriteOpsAreEROFS(t *testing.T) {

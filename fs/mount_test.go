@@ -653,3 +653,34 @@ func TestOpenThroughStaleNameFindsNewVersion(t *testing.T) {
 	require.NoError(t, err, "open(2) must retry the lookup after ESTALE")
 	assert.Equal(t, "the new version", string(got))
 }
+
+// TestTTLZeroOpenUnderConstantChange: with --metadata-ttl 0 and an object
+// rewritten all the time, open(2) always succeeds: it opens the version
+// the kernel's lookup just found, rather than asking the store again and
+// racing the writer (ESTALE).
+func TestTTLZeroOpenUnderConstantChange(t *testing.T) {
+	b := newTestBucket()
+	b.put("obj", []byte("v0"))
+	dir, _ := mount(t, b, func(c *Config) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b.put("obj", []byte(fmt.Sprintf("v%d", i)))
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 500 {
+		f, err := openFile(filepath.Join(dir, "obj"), os.O_RDONLY)
+		require.NoError(t, err, "open %d", i)
+		f.Close()
+	}
+}
