@@ -155,10 +155,11 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	// setup stops setup instead of killing us half-mounted.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	if cfg.Foreground {
+	if cfg.Foreground && !signal.Ignored(syscall.SIGHUP) {
 		// The terminal went away (an ssh session closed): unmount as for
-		// SIGTERM rather than die and leave a dead mount behind. (The
-		// background child ignores SIGHUP; Notify would undo that.)
+		// SIGTERM rather than die and leave a dead mount behind. Not when
+		// SIGHUP is ignored (nohup, or the background child): Notify
+		// would undo that.
 		signal.Notify(sigs, syscall.SIGHUP)
 	}
 	defer signal.Stop(sigs)

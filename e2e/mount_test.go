@@ -358,6 +358,33 @@ func TestForegroundSIGHUPUnmounts(t *testing.T) {
 	assert.False(t, isMounted(dir), "SIGHUP left the mount behind")
 }
 
+// TestForegroundUnderNohupIgnoresSIGHUP: started under nohup, a foreground
+// ferry keeps SIGHUP ignored and keeps serving.
+func TestForegroundUnderNohupIgnoresSIGHUP(t *testing.T) {
+	s := newStore(t, "file")
+	s.put(t, "f", []byte("x"))
+	dir := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "ferry.log")
+	cmd := exec.Command("nohup", append(append([]string{ferryBin}, s.args...), "--foreground", "--log-file", logFile, s.url, dir)...)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	m := &mounted{dir: dir, pid: cmd.Process.Pid, log: logFile}
+	t.Cleanup(func() { m.unmount(t) })
+	logs := func() string { b, _ := os.ReadFile(logFile); return string(b) }
+	require.Eventually(t, func() bool { return strings.Contains(logs(), "msg=mounted") }, 20*time.Second, 20*time.Millisecond, "never mounted")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP)) // nohup exec'd ferry: same pid
+	select {
+	case err := <-exited:
+		t.Fatalf("exited on SIGHUP under nohup (%v); log:\n%s", err, logs())
+	case <-time.After(time.Second):
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "f"))
+	require.NoError(t, err)
+	assert.Equal(t, "x", string(got))
+}
+
 // TestSIGTERMUnmounts: the daemon unmounts and exits on SIGTERM.
 func TestSIGTERMUnmounts(t *testing.T) {
 	s := newStore(t, "file")
