@@ -225,9 +225,10 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		BillingProject: cfg.BillingProject,
 		MaxConnections: storeConns,
 		Timeout:        storeTimeout,
-		// A body that trickles under 64 KiB per --store-timeout is as stuck
-		// as a silent one.
-		Retry:      retry.Config{MaxElapsed: cfg.RetryMaxTime, SlowWindow: storeTimeout},
+		// A body that trickles under 64 KiB per --store-timeout (at least
+		// 30 s: a floor per connection, and 32 share a slow link) is as
+		// stuck as a silent one.
+		Retry:      retry.Config{MaxElapsed: cfg.RetryMaxTime, SlowWindow: slowWindow(storeTimeout)},
 		Registerer: reg,
 		Logger:     logger,
 	})
@@ -400,4 +401,13 @@ func openCache(cfg *flags.Config, logger *slog.Logger, reg prometheus.Registerer
 		Logger:     logger,
 		Registerer: reg,
 	})
+}
+
+// slowWindow is the retry reader's SlowWindow for a --store-timeout: off
+// without one (local directories), else at least 30 s.
+func slowWindow(storeTimeout time.Duration) time.Duration {
+	if storeTimeout <= 0 {
+		return 0
+	}
+	return max(storeTimeout, 30*time.Second)
 }

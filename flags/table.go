@@ -99,7 +99,7 @@ var Options = []Option{
 			return err
 		}},
 	{Name: "store-timeout", Fstab: "store_timeout", Kind: Duration, Default: "20s", Category: catStore,
-		Usage: "longest wait for the store's answer, or for the next bytes of a read, before the request is retried; a read that gets less than 64KiB in this much waiting is retried too (a store that trickles)",
+		Usage: "longest wait for the store's answer, or for the next bytes of a read, before the request is retried; a read that gets less than 64KiB in this much waiting (at least 30s) is retried too (a store that trickles)",
 		set: func(c *Config, s string) (err error) {
 			c.StoreTimeout, err = parsePositiveDuration(s)
 			return err

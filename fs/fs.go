@@ -112,6 +112,7 @@ type fileSystem struct {
 	hiddenLogged atomic.Bool
 	staleServed  atomic.Uint64 // resolves answered from expired metadata in an outage
 	staleLogged  atomic.Bool
+	storeDownAt  atomic.Int64 // unix ns of the last fetch the store could not answer; 0 after a success
 	hiddenMetric prometheus.Counter // nil without a Registerer
 
 	mu sync.Mutex
@@ -333,6 +334,10 @@ func (fs *fileSystem) errno(op string, path string, err error) error {
 // Resolving names
 ////////////////////////////////////////////////////////////////////////
 
+// storeDownGrace is how long after a failed fetch known names are
+// answered from expired metadata without asking the store.
+const storeDownGrace = 10 * time.Second
+
 // resolve says what path is: a file (with its object), a directory or
 // nothing. A fresh cache entry answers without a request; otherwise Stat
 // and a one-result List run concurrently, and concurrent resolves of one
@@ -342,6 +347,15 @@ func (fs *fileSystem) errno(op string, path string, err error) error {
 func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 	if e, ok := fs.cache.lookup(path); ok {
 		return e, nil
+	}
+	// While the store was just seen down, a known name answers at once
+	// rather than after another full retry budget; a lookup after
+	// storeDownGrace asks the store again.
+	if t := fs.storeDownAt.Load(); t != 0 && fs.now().Sub(time.Unix(0, t)) < storeDownGrace {
+		if old, ok := fs.cache.expired(path); ok {
+			fs.staleServed.Add(1)
+			return old, nil
+		}
 	}
 	ch := fs.resolves.DoChan(path, func() (any, error) {
 		// A resolve that finished between our cache check and Do has
@@ -355,6 +369,11 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 		// others, so it ignores cancellation (the store's own timeouts and
 		// retries still bound it).
 		e, err := fs.fetch(context.WithoutCancel(ctx), path)
+		if errors.Is(err, bucket.ErrUnavailable) {
+			fs.storeDownAt.Store(fs.now().UnixNano())
+		} else if err == nil {
+			fs.storeDownAt.Store(0)
+		}
 		if err != nil {
 			if old, ok := fs.cache.expired(path); ok && errors.Is(err, bucket.ErrUnavailable) {
 				fs.staleServed.Add(1)

@@ -872,10 +872,25 @@ func TestOutageServesExpiredMetadata(t *testing.T) {
 	_, err = lookUp(fs, fuseops.RootInodeID, "never-seen")
 	assert.Equal(t, syscall.EIO, err, "nothing known about it")
 	assert.Equal(t, uint64(4), fs.staleServed.Load())
+	// Just seen down: known names answer without another try (each would
+	// cost a whole retry budget); later the store is asked again.
+	before := b.requests()
+	_, err = lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	assert.Equal(t, before, b.requests(), "the store was just seen down")
+	clock.Advance(storeDownGrace + time.Second)
+	_, err = lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	assert.Greater(t, b.requests(), before, "asked again after the grace")
+	for range 2 {
+		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: f.Child, N: 1}))
+	}
 
-	// Back: the next lookup asks the store and sees the change.
+	// Back: the first lookup after the grace asks the store and sees the
+	// change.
 	b.SetFaults(mem.Faults{})
 	b.put("d/f", []byte("new bytes, longer"))
+	clock.Advance(storeDownGrace + time.Second)
 	f3, err := lookUp(fs, d.Child, "f")
 	require.NoError(t, err)
 	assert.NotEqual(t, f.Child, f3.Child, "the new version, a new inode")
