@@ -112,7 +112,7 @@ type fileSystem struct {
 	hiddenLogged atomic.Bool
 	staleServed  atomic.Uint64 // resolves answered from expired metadata in an outage
 	staleLogged  atomic.Bool
-	storeDownAt  atomic.Int64 // unix ns of the last fetch the store could not answer; 0 after a success
+	storeDownAt  atomic.Int64       // unix ns of the last fetch the store could not answer; 0 after a success
 	hiddenMetric prometheus.Counter // nil without a Registerer
 
 	mu sync.Mutex
