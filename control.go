@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,10 @@ type controlRequest struct {
 	Path string `json:"path"`
 	// Data also drops the local disk cache of the files at or under Path.
 	Data bool `json:"data,omitempty"`
+	// Dev is the device ("major:minor") of the mount the client means: a
+	// socket path names a mount point, and the mount there may since
+	// have been detached and another mounted in its place.
+	Dev string `json:"dev,omitempty"`
 }
 
 // controlResponse is what the daemon answers.
@@ -68,9 +73,12 @@ type controlServer struct {
 	store *filecache.Store // nil without a disk cache
 
 	// Constant data
-	path string
-	link string // the default path, linked to path; "" if none
-	ln   net.Listener
+	path    string
+	created os.FileInfo // the socket file as created, to remove only it
+	link    string      // the default path, linked to path; "" if none
+	ln      net.Listener
+
+	dev atomic.Value // string: the mount's device, once mounted
 
 	wg sync.WaitGroup
 }
@@ -93,12 +101,17 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 	if path == "" {
 		path, explicit = defaultControlSocket(cfg.MountPoint), false
 	}
-	ln, err := listenControl(path)
+	// The default path is this mount point's: whatever is there (a link
+	// left by a killed daemon, the socket of a daemon whose mount was
+	// detached from here) is taken over. Requests carry the mount's
+	// device, so a daemon that lost its socket path is never asked to act
+	// for a mount that is not its own.
+	ln, err := listenControl(path, !explicit, log)
 	if err != nil && !explicit && os.Getenv("XDG_RUNTIME_DIR") != "" {
 		// Not root: /run/ferry is not ours to create; the user's runtime
 		// directory is the per-user equivalent.
 		path = filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "ferry", filepath.Base(path))
-		ln, err = listenControl(path)
+		ln, err = listenControl(path, true, log)
 	}
 	if err != nil {
 		if explicit {
@@ -108,11 +121,12 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 		return c, nil
 	}
 	c.path, c.ln = path, ln
+	c.created, _ = os.Lstat(path)
 	if def := defaultControlSocket(cfg.MountPoint); explicit && def != path {
 		// Clients look for the socket at the derived path.
 		if os.MkdirAll(filepath.Dir(def), 0o700) == nil {
-			if fi, err := os.Lstat(def); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-				_ = os.Remove(def) // a link left by an earlier daemon
+			if fi, err := os.Lstat(def); err == nil && fi.Mode()&(os.ModeSymlink|os.ModeSocket) != 0 {
+				_ = os.Remove(def) // left by an earlier daemon on this mount point
 			}
 			if err := os.Symlink(path, def); err == nil {
 				c.link = def
@@ -127,18 +141,25 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 }
 
 // listenControl creates the socket, replacing a stale one left by a
-// daemon that died, but never one that still answers.
-func listenControl(path string) (net.Listener, error) {
+// daemon that died. One that still answers is replaced only with
+// takeOver, as is a symlink there (os.Remove never follows it).
+func listenControl(path string, takeOver bool, log *slog.Logger) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0 && takeOver:
+		case fi.Mode()&os.ModeSocket == 0:
 			return nil, fmt.Errorf("%s exists and is not a socket", path)
-		}
-		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			conn.Close()
-			return nil, fmt.Errorf("%s is in use by another ferry", path)
+		default:
+			if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+				conn.Close()
+				if !takeOver {
+					return nil, fmt.Errorf("%s is in use by another ferry", path)
+				}
+				log.Info("control socket taken over from an earlier ferry on this mount point (detached, or stacked under this mount)", "path", path)
+			}
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, err
@@ -152,8 +173,16 @@ func listenControl(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	// Close removes the socket only while it is still ours: a later
+	// ferry on this mount point may have taken the path over.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	return ln, nil
+}
+
+// sameFile reports whether path is (still) the file fi was.
+func sameFile(path string, fi os.FileInfo) bool {
+	now, err := os.Lstat(path)
+	return err == nil && fi != nil && os.SameFile(fi, now)
 }
 
 // socketPath is the socket to advertise, "" if there is none.
@@ -163,6 +192,9 @@ func (c *controlServer) socketPath() string { return c.path }
 func (c *controlServer) Close() {
 	if c.ln != nil {
 		c.ln.Close()
+		if sameFile(c.path, c.created) {
+			_ = os.Remove(c.path)
+		}
 	}
 	if c.link != "" {
 		if target, err := os.Readlink(c.link); err == nil && target == c.path {
@@ -200,7 +232,17 @@ func (c *controlServer) handle(conn net.Conn) {
 	_ = json.NewEncoder(conn).Encode(&resp)
 }
 
+// mounted records the device of the mount this socket serves.
+func (c *controlServer) mounted(mountPoint string) {
+	if dev := mountDev(mountPoint); dev != "" {
+		c.dev.Store(dev)
+	}
+}
+
 func (c *controlServer) do(ctx context.Context, req *controlRequest) controlResponse {
+	if dev, _ := c.dev.Load().(string); dev != "" && req.Dev != "" && req.Dev != dev {
+		return controlResponse{Error: fmt.Sprintf("this control socket serves another mount (device %s, not %s): the ferry mounted there now has none; restart it", dev, req.Dev)}
+	}
 	switch req.Op {
 	case "invalidate":
 	case "cached":

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"os/exec"
@@ -209,6 +210,7 @@ func isMountPoint(dir string) bool {
 type mountEntry struct {
 	point  string // mount point, unescaped
 	fstype string // "fuse.ferry", "tmpfs", ...
+	dev    string // "major:minor", as stat(2) of the mount's root gives it
 }
 
 // readMounts lists this process's mounts in mount order.
@@ -224,7 +226,7 @@ func readMounts() []mountEntry {
 		if len(fields) < 5 {
 			continue
 		}
-		e := mountEntry{point: unescapeMountinfo(fields[4])}
+		e := mountEntry{point: unescapeMountinfo(fields[4]), dev: fields[2]}
 		for i, f := range fields {
 			if f == "-" && i >= 6 && i+1 < len(fields) {
 				e.fstype = fields[i+1]
@@ -245,6 +247,27 @@ func mountType(dir string) (fstype string, mounted bool) {
 		}
 	}
 	return fstype, mounted
+}
+
+// mountDev returns the device ("major:minor") of the topmost mount on dir.
+func mountDev(dir string) string {
+	dev := ""
+	for _, m := range readMounts() {
+		if m.point == dir {
+			dev = m.dev
+		}
+	}
+	return dev
+}
+
+// devOf is the device ("major:minor") of the file system holding path,
+// as stat(2) sees it now.
+func devOf(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
 }
 
 // unescapeMountinfo undoes the kernel's octal escapes (\040 for space).

@@ -319,6 +319,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", cfg.MountPoint, err)
 	}
+	ctl.mounted(cfg.MountPoint)
 	// Setup is over: from here a signal means "unmount", handled below.
 	close(setupDone)
 	<-watcherDone

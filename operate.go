@@ -228,7 +228,11 @@ func cachedBytes(path string) (n int64, ok bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	resp, err := callControl(ctx, socket, &controlRequest{Op: "cached", Path: obj})
+	dev, err := devOf(mp)
+	if err != nil {
+		return 0, false, err
+	}
+	resp, err := callControl(ctx, socket, &controlRequest{Op: "cached", Path: obj, Dev: dev})
 	if err != nil {
 		return 0, false, err
 	}
@@ -601,23 +605,26 @@ func checkTree(ctx context.Context, root string, r, total *checkResult, seen map
 // locate finds the control socket of the mount holding p and p's object
 // path. p itself may not exist (an object added to the store since it was
 // last listed).
-func locate(p string) (socket, objPath string, err error) {
+func locate(p string) (socket, objPath, dev string, err error) {
 	mp, obj, err := ferryMount(p)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
+	}
+	if dev, err = devOf(mp); err != nil {
+		return "", "", "", err
 	}
 	socket, err = controlSocketOf(mp)
-	return socket, obj, err
+	return socket, obj, dev, err
 }
 
 func invalidatePath(ctx context.Context, stdout io.Writer, p string, data bool) error {
-	socket, obj, err := locate(p)
+	socket, obj, dev, err := locate(p)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	resp, err := callControl(ctx, socket, &controlRequest{Op: "invalidate", Path: obj, Data: data})
+	resp, err := callControl(ctx, socket, &controlRequest{Op: "invalidate", Path: obj, Data: data, Dev: dev})
 	if err != nil {
 		if errors.Is(err, syscall.EACCES) {
 			return fmt.Errorf("%w (the control socket is only for the user running ferry, or root)", err)

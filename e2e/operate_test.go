@@ -291,3 +291,40 @@ func TestOperatePID1SIGTERM(t *testing.T) {
 	assert.False(t, mountedIn(holder.Process.Pid), "the mount outlived ferry")
 	assert.Contains(t, logs.String(), "unmounted")
 }
+
+// TestControlAfterLazyRemount: a ferry detached while busy (umount -l,
+// which ferry itself does when SIGTERM finds its mount busy) and another
+// mounted in its place: ferry invalidate reaches the new one, never the
+// detached one, also after the detached daemon exits.
+func TestControlAfterLazyRemount(t *testing.T) {
+	a, b := newStore(t, "file"), newStore(t, "file")
+	a.put(t, "d/f", []byte("from a"))
+	b.put(t, "d/f", []byte("from b"))
+	dir := t.TempDir()
+	ma := mountAt(t, a, dir)
+	held, err := os.Open(filepath.Join(dir, "d/f"))
+	require.NoError(t, err)
+	defer held.Close()
+	require.NoError(t, exec.Command("umount", "-l", dir).Run())
+	mb := mountAt(t, b, dir)
+	requireSameFile(t, filepath.Join(dir, "d/f"), []byte("from b"))
+	logOf := func(m *mounted) string { l, _ := os.ReadFile(m.log); return string(l) }
+
+	invalidate := func() {
+		t.Helper()
+		out, errOut, code := ferryCmd(t, "", "invalidate", filepath.Join(dir, "d"))
+		require.Equal(t, 0, code, "%s%s", out, errOut)
+		require.Eventually(t, func() bool { return strings.Count(logOf(mb), "control: invalidate") > 0 }, 5*time.Second, 20*time.Millisecond)
+	}
+	invalidate()
+	assert.NotContains(t, logOf(ma), "control: invalidate", "the detached mount's daemon was asked")
+
+	// The detached daemon exits once its last file closes; the socket it
+	// had must stay the new mount's.
+	held.Close()
+	require.True(t, waitFor(15*time.Second, func() bool { return !alive(ma.pid) }), "the detached daemon did not exit")
+	before := strings.Count(logOf(mb), "control: invalidate")
+	out, errOut, code := ferryCmd(t, "", "invalidate", filepath.Join(dir, "d"))
+	require.Equal(t, 0, code, "%s%s", out, errOut)
+	assert.Equal(t, before+1, strings.Count(logOf(mb), "control: invalidate"))
+}
