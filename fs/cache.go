@@ -28,9 +28,14 @@ func (k kind) String() string {
 }
 
 // entry is what one name resolves to. obj is meaningful for kindFile only.
+// seq orders what entries say: it is taken from metaCache.begin when the
+// request that learned it began, so of two answers the one whose request
+// began later wins, whichever was stored last (a listing that began before
+// an overwrite can land after a Stat that saw it). 0 is "unordered".
 type entry struct {
 	kind kind
 	obj  bucket.Object
+	seq  uint64
 }
 
 // dirEntry is one child in a directory listing.
@@ -46,16 +51,15 @@ type expiry struct {
 }
 
 type cachedEntry struct {
-	e   entry
+	e   entry // e.seq orders it
 	exp expiry
-	seq uint64 // when it was stored, to pick the newer of entry and listing
 }
 
 type cachedListing struct {
-	entries []dirEntry
+	entries []dirEntry     // each with the listing's seq
 	byName  map[string]int // index into entries
 	exp     expiry
-	seq     uint64
+	seq     uint64 // when the listing's first page was asked for
 }
 
 // metaCache holds positive and negative name entries and complete directory
@@ -108,43 +112,36 @@ func (c *metaCache) fresh(e expiry) bool {
 	return e.forever || c.now().Before(e.at)
 }
 
+// begin stamps a request about to be made: its answer's seq.
+func (c *metaCache) begin() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	return c.seq
+}
+
 // lookup returns the cached entry for path, from a name entry or from the
-// parent's fresh listing.
+// parent's fresh listing: of the two, what the later request learned. A
+// name entry newer than the listing, even expired, means the listing can
+// no longer answer for that name.
 func (c *metaCache) lookup(path string) (entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var (
-		best    entry
-		bestSeq uint64
-		found   bool
-	)
-	if ce, ok := c.entries[path]; ok && c.fresh(ce.exp) {
-		best, bestSeq, found = ce.e, ce.seq, true
-	}
-	// The newer of the name entry and the parent's listing wins: a lookup
-	// after a listing saw a change the listing did not, and vice versa.
+	ce, hasEntry := c.entries[path]
+	fresh := hasEntry && c.fresh(ce.exp)
 	dir, name := splitPath(path)
-	if l, ok := c.listings[dir]; ok && c.fresh(l.exp) {
-		le := entry{kind: kindNone}
-		if i, ok := l.byName[name]; ok {
-			le = l.entries[i].entry
-		}
-		if !found || newerEntry(le, l.seq, best, bestSeq) {
-			return le, true
-		}
+	if l, ok := c.listings[dir]; ok && c.fresh(l.exp) && (!hasEntry || l.seq > ce.e.seq) {
+		return l.answer(name), true
 	}
-	return best, found
+	return ce.e, fresh
 }
 
-// newerEntry reports whether a (stored as seq) says more recent things
-// than b (stored as bseq). Mostly the later stored, but of two versions of
-// a file the later updated: a listing whose request began before an
-// overwrite can be stored after a Stat that saw it.
-func newerEntry(a entry, seq uint64, b entry, bseq uint64) bool {
-	if a.kind == kindFile && b.kind == kindFile && a.obj.Version != b.obj.Version && !a.obj.Updated.Equal(b.obj.Updated) {
-		return a.obj.Updated.After(b.obj.Updated)
+// answer is what the listing says about name.
+func (l *cachedListing) answer(name string) entry {
+	if i, ok := l.byName[name]; ok {
+		return l.entries[i].entry
 	}
-	return seq > bseq
+	return entry{kind: kindNone, seq: l.seq}
 }
 
 // expired returns path's entry even if it has expired (while it has not
@@ -155,19 +152,14 @@ func (c *metaCache) expired(path string) (entry, bool) {
 	defer c.mu.Unlock()
 	ce, found := c.entries[path]
 	dir, name := splitPath(path)
-	if l, ok := c.listings[dir]; ok {
-		le := entry{kind: kindNone}
-		if i, ok := l.byName[name]; ok {
-			le = l.entries[i].entry
-		}
-		if !found || newerEntry(le, l.seq, ce.e, ce.seq) {
-			return le, true
-		}
+	if l, ok := c.listings[dir]; ok && (!found || l.seq > ce.e.seq) {
+		return l.answer(name), true
 	}
 	return ce.e, found
 }
 
-// put caches what path resolved to.
+// put caches what path resolved to, unless the cache already holds what a
+// later request learned (e.seq 0 counts as now).
 func (c *metaCache) put(path string, e entry) {
 	ttl := c.ttl
 	if e.kind == kindNone {
@@ -176,14 +168,20 @@ func (c *metaCache) put(path string, e entry) {
 	exp, ok := c.expiryFor(ttl)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e.seq == 0 {
+		c.seq++
+		e.seq = c.seq
+	}
 	if !ok {
 		// Caching is off, but an older positive entry must not outlive
 		// what we just learned.
 		delete(c.entries, path)
 		return
 	}
-	c.seq++
-	c.entries[path] = cachedEntry{e: e, exp: exp, seq: c.seq}
+	if ce, ok := c.entries[path]; ok && ce.e.seq > e.seq {
+		return
+	}
+	c.entries[path] = cachedEntry{e: e, exp: exp}
 	c.maybeSweep()
 }
 
@@ -199,9 +197,9 @@ func (c *metaCache) listing(dir string) ([]dirEntry, bool) {
 	return l.entries, true
 }
 
-// putListing caches a complete listing of dir. It takes ownership of
-// entries.
-func (c *metaCache) putListing(dir string, entries []dirEntry) {
+// putListing caches a complete listing of dir whose first page was asked
+// for at seq (every entry carries it). It takes ownership of entries.
+func (c *metaCache) putListing(dir string, entries []dirEntry, seq uint64) {
 	exp, ok := c.expiryFor(c.ttl)
 	if !ok {
 		return
@@ -212,17 +210,18 @@ func (c *metaCache) putListing(dir string, entries []dirEntry) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq++
-	c.listings[dir] = cachedListing{entries: entries, byName: byName, exp: exp, seq: c.seq}
-	// Name entries of the children are older than this listing: drop them,
-	// the listing answers for them now; but not one that saw a newer
-	// version of a file than the listing did.
+	if l, ok := c.listings[dir]; ok && l.seq > seq {
+		return // a listing that began later is cached already
+	}
+	c.listings[dir] = cachedListing{entries: entries, byName: byName, exp: exp, seq: seq}
+	// Name entries of the children that are older than this listing: drop
+	// them, the listing answers for them now. Newer ones stay, and answer
+	// (see lookup).
 	for _, e := range entries {
 		p := childPath(dir, e.name)
-		if ce, ok := c.entries[p]; ok && !newerEntry(e.entry, c.seq, ce.e, ce.seq) {
-			continue
+		if ce, ok := c.entries[p]; ok && ce.e.seq < seq {
+			delete(c.entries, p)
 		}
-		delete(c.entries, p)
 	}
 	c.maybeSweep()
 }
@@ -238,9 +237,16 @@ func (c *metaCache) maybeSweep() {
 	}
 	c.puts = 0
 	for k, v := range c.entries {
-		if !c.fresh(v.exp) {
-			delete(c.entries, k)
+		if c.fresh(v.exp) {
+			continue
 		}
+		// An expired entry newer than its directory's fresh listing still
+		// says that the listing cannot answer for this name.
+		dir, _ := splitPath(k)
+		if l, ok := c.listings[dir]; ok && c.fresh(l.exp) && l.seq < v.e.seq {
+			continue
+		}
+		delete(c.entries, k)
 	}
 	for k, v := range c.listings {
 		if !c.fresh(v.exp) {

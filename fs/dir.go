@@ -29,6 +29,7 @@ type dirHandle struct {
 	token    string         // GUARDED_BY(mu); continuation of the next page
 	lastKey  string         // GUARDED_BY(mu); greatest object name or prefix listed so far
 	complete bool           // GUARDED_BY(mu); every page has been read
+	seq      uint64         // GUARDED_BY(mu); metaCache.begin of the first page, 0 before
 }
 
 // settled reports whether entry i can no longer change: a file "x" may
@@ -81,6 +82,9 @@ func (fs *fileSystem) dirHandle(id fuseops.HandleID) (*dirHandle, error) {
 // LOCKS_REQUIRED(h.mu)
 func (fs *fileSystem) fetchPage(ctx context.Context, h *dirHandle) error {
 	prefix := dirPrefix(h.path)
+	if h.seq == 0 {
+		h.seq = fs.cache.begin()
+	}
 	l, err := fs.bucket.List(ctx, &bucket.ListRequest{
 		Prefix:            prefix,
 		Delimiter:         "/",
@@ -97,7 +101,7 @@ func (fs *fileSystem) fetchPage(ctx context.Context, h *dirHandle) error {
 			fs.countHidden(p)
 			continue
 		}
-		page = append(page, dirEntry{name: name, entry: entry{kind: kindDir}})
+		page = append(page, dirEntry{name: name, entry: entry{kind: kindDir, seq: h.seq}})
 	}
 	for _, o := range l.Objects {
 		if o.Name == prefix {
@@ -108,7 +112,7 @@ func (fs *fileSystem) fetchPage(ctx context.Context, h *dirHandle) error {
 			fs.countHidden(o.Name)
 			continue
 		}
-		page = append(page, dirEntry{name: name, entry: entry{kind: kindFile, obj: o}})
+		page = append(page, dirEntry{name: name, entry: entry{kind: kindFile, obj: o, seq: h.seq}})
 	}
 	// Objects and prefixes come as two sorted lists; show one sorted list.
 	// Directories sort before files of the same name so the dedup below
@@ -142,7 +146,7 @@ func (fs *fileSystem) fetchPage(ctx context.Context, h *dirHandle) error {
 		h.complete = true
 		// The cache owns its copy; this handle keeps appending nothing more
 		// but may still be read.
-		fs.cache.putListing(h.path, append([]dirEntry(nil), h.entries...))
+		fs.cache.putListing(h.path, append([]dirEntry(nil), h.entries...), h.seq)
 	}
 	return nil
 }
@@ -210,13 +214,12 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 		if direntPlusSize(e.name) > len(buf) {
 			return nil
 		}
-		// A listing can be older than what a lookup has seen since (a
+		// A listing can be older than what a lookup has learned since (a
 		// long-lived handle, or a List that began before an overwrite):
 		// never hand the kernel an older version's inode for a name.
 		ent := e.entry
 		if ent.kind == kindFile {
-			if cur, ok := fs.cache.lookup(childPath(h.path, e.name)); ok && cur.kind == kindFile &&
-				cur.obj.Version != ent.obj.Version && cur.obj.Updated.After(ent.obj.Updated) {
+			if cur, ok := fs.cache.lookup(childPath(h.path, e.name)); ok && cur.kind == kindFile && cur.seq > ent.seq {
 				ent = cur
 			}
 		}

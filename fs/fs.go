@@ -113,6 +113,7 @@ type fileSystem struct {
 	staleServed  atomic.Uint64 // resolves answered from expired metadata in an outage
 	staleLogged  atomic.Bool
 	storeDownAt  atomic.Int64       // unix ns of the last fetch the store could not answer; 0 after a success
+	probing      atomic.Bool        // a resolve is asking the store whether it is back
 	hiddenMetric prometheus.Counter // nil without a Registerer
 
 	mu sync.Mutex
@@ -154,9 +155,12 @@ type inode struct {
 	lookups uint64 // GUARDED_BY(fileSystem.mu)
 	// obj is the version the inode shows, fixed for its life, unless the
 	// store gives no versions (Version ""): then it follows the store.
-	obj      bucket.Object // GUARDED_BY(fileSystem.mu); files only
-	opened   bool          // GUARDED_BY(fileSystem.mu); has been opened before
-	openedAt string        // GUARDED_BY(fileSystem.mu); obj.Version at the last open
+	obj bucket.Object // GUARDED_BY(fileSystem.mu); files only
+	// seen is the latest entry.seq that named this inode: what ferry
+	// learned later about its path may say it is replaced.
+	seen     uint64 // GUARDED_BY(fileSystem.mu)
+	opened   bool   // GUARDED_BY(fileSystem.mu); has been opened before
+	openedAt string // GUARDED_BY(fileSystem.mu); obj.Version at the last open
 }
 
 func (in *inode) key() inodeKey {
@@ -351,10 +355,16 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 	// While the store was just seen down, a known name answers at once
 	// rather than after another full retry budget; a lookup after
 	// storeDownGrace asks the store again.
-	if t := fs.storeDownAt.Load(); t != 0 && fs.now().Sub(time.Unix(0, t)) < storeDownGrace {
-		if old, ok := fs.cache.expired(path); ok {
-			fs.staleServed.Add(1)
-			return old, nil
+	// After the grace one caller at a time probes the store; the others
+	// keep answering while it does (a probe may take --retry-max-time).
+	if t := fs.storeDownAt.Load(); t != 0 {
+		if fs.now().Sub(time.Unix(0, t)) < storeDownGrace || !fs.probing.CompareAndSwap(false, true) {
+			if old, ok := fs.cache.expired(path); ok {
+				fs.staleServed.Add(1)
+				return old, nil
+			}
+		} else {
+			defer fs.probing.Store(false)
 		}
 	}
 	ch := fs.resolves.DoChan(path, func() (any, error) {
@@ -368,7 +378,9 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 		// The fetch is shared: one interrupted caller must not fail the
 		// others, so it ignores cancellation (the store's own timeouts and
 		// retries still bound it).
+		seq := fs.cache.begin()
 		e, err := fs.fetch(context.WithoutCancel(ctx), path)
+		e.seq = seq
 		if errors.Is(err, bucket.ErrUnavailable) {
 			fs.storeDownAt.Store(fs.now().UnixNano())
 		} else if err == nil {
@@ -490,6 +502,7 @@ func (fs *fileSystem) acquire(path string, e entry) *inode {
 		fs.byKey[key] = in.id
 	}
 	fs.followUnversioned(in, e)
+	in.seen = max(in.seen, e.seq)
 	in.lookups++
 	return in
 }
@@ -624,20 +637,20 @@ func (fs *fileSystem) GetInodeAttributes(ctx context.Context, op *fuseops.GetIno
 }
 
 // current re-resolves a file inode's path (from cache while fresh) and
-// returns the object there now; an unversioned inode follows it. The error
+// returns what is there now; an unversioned inode follows it. The error
 // is syscall.ENOENT if the path is no longer a file, else the store's.
-func (fs *fileSystem) current(ctx context.Context, in *inode) (bucket.Object, error) {
+func (fs *fileSystem) current(ctx context.Context, in *inode) (entry, error) {
 	e, err := fs.resolve(ctx, in.path)
 	if err != nil {
-		return bucket.Object{}, err
+		return entry{}, err
 	}
 	if e.kind != kindFile {
-		return bucket.Object{}, syscall.ENOENT
+		return entry{}, syscall.ENOENT
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.followUnversioned(in, e)
-	return e.obj, nil
+	return e, nil
 }
 
 func (fs *fileSystem) ForgetInode(ctx context.Context, op *fuseops.ForgetInodeOp) error {
@@ -677,7 +690,7 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 		return syscall.EISDIR
 	}
 	fs.mu.Lock()
-	own := in.obj
+	own, seen := in.obj, in.seen
 	fs.mu.Unlock()
 	obj := own
 	// A versioned inode opens its own version, unless ferry knows of a
@@ -694,17 +707,17 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 		case err != nil:
 			return fs.errno("open", in.path, err)
 		case own.Version == "":
-			obj = cur
-		case cur.Version != own.Version && !cur.Updated.Before(own.Updated):
+			obj = cur.obj
+		case cur.obj.Version != own.Version && cur.seq > seen:
 			// The kernel reached this inode through a name it cached
-			// longer than we did: the name now holds a newer version,
-			// shown by another inode. ESTALE makes the kernel look the
-			// name up again and open that one (open(2) retries with
-			// LOOKUP_REVAL); serving the new version here would put its
-			// pages in this inode's page cache, under readers of the old.
-			// (Metadata older than the inode, a listing that started
-			// before the change, is no reason: the inode's version
-			// stands.)
+			// longer than we did, and ferry has learned since that the
+			// name holds another version, shown by another inode. ESTALE
+			// makes the kernel look the name up again and open that one
+			// (open(2) retries with LOOKUP_REVAL); serving the other
+			// version here would put its pages in this inode's page
+			// cache, under readers of this one. (What an older request
+			// said, a listing that began before the change, is no
+			// reason: the inode's version stands.)
 			return syscall.ESTALE
 		}
 	}

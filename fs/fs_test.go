@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -244,7 +245,7 @@ func TestMetaCacheTTL(t *testing.T) {
 		c.put("d/missing", entry{kind: kindNone})
 		e, ok := c.lookup("d/f")
 		require.True(t, ok)
-		assert.Equal(t, file, e)
+		assert.Equal(t, file.obj, e.obj)
 		_, ok = c.lookup("d/missing")
 		require.True(t, ok)
 		clock.Advance(2 * time.Second)
@@ -260,7 +261,7 @@ func TestMetaCacheTTL(t *testing.T) {
 		c := newMetaCache(-1, -1, clock.Now)
 		c.put("d/f", file)
 		c.put("d/missing", entry{kind: kindNone})
-		c.putListing("d", []dirEntry{{name: "f", entry: file}})
+		c.putListing("d", []dirEntry{{name: "f", entry: file}}, c.begin())
 		clock.Advance(100 * 365 * 24 * time.Hour)
 		_, ok := c.lookup("d/f")
 		assert.True(t, ok)
@@ -273,7 +274,7 @@ func TestMetaCacheTTL(t *testing.T) {
 		c := newMetaCache(0, 0, clock.Now)
 		c.put("d/f", file)
 		c.put("d/missing", entry{kind: kindNone})
-		c.putListing("d", []dirEntry{{name: "f", entry: file}})
+		c.putListing("d", []dirEntry{{name: "f", entry: file}}, c.begin())
 		_, ok := c.lookup("d/f")
 		assert.False(t, ok)
 		_, ok = c.lookup("d/missing")
@@ -284,7 +285,7 @@ func TestMetaCacheTTL(t *testing.T) {
 	t.Run("listing answers children, newer wins", func(t *testing.T) {
 		c := newMetaCache(time.Minute, time.Minute, clock.Now)
 		c.put("d/new", entry{kind: kindNone}) // older than the listing
-		c.putListing("d", []dirEntry{{name: "f", entry: file}, {name: "new", entry: entry{kind: kindDir}}})
+		c.putListing("d", []dirEntry{{name: "f", entry: file}, {name: "new", entry: entry{kind: kindDir}}}, c.begin())
 		e, ok := c.lookup("d/new")
 		require.True(t, ok)
 		assert.Equal(t, kindDir, e.kind, "an older negative entry shadowed the listing")
@@ -295,6 +296,38 @@ func TestMetaCacheTTL(t *testing.T) {
 		e, ok = c.lookup("d/f")
 		require.True(t, ok)
 		assert.Equal(t, kindNone, e.kind)
+	})
+	t.Run("the request that began later wins, not the one stored later", func(t *testing.T) {
+		c := newMetaCache(time.Minute, time.Minute, clock.Now)
+		listed := c.begin() // a listing is asked for ...
+		v1 := entry{kind: kindFile, obj: bucket.Object{Name: "d/g", Version: "1"}, seq: listed}
+		c.put("d/g", entry{kind: kindFile, obj: bucket.Object{Name: "d/g", Version: "2"}}) // ... a Stat sees v2 ...
+		c.put("d/h", entry{kind: kindFile, obj: bucket.Object{Name: "d/h", Version: "1"}}) // ... and a new file ...
+		clock.Advance(30 * time.Second)
+		c.putListing("d", []dirEntry{{name: "g", entry: v1}}, listed) // ... then the listing lands
+		e, ok := c.lookup("d/g")
+		require.True(t, ok)
+		assert.Equal(t, "2", e.obj.Version)
+		e, ok = c.lookup("d/h")
+		require.True(t, ok)
+		assert.Equal(t, kindFile, e.kind)
+		c.put("d/g", v1) // a late answer of an earlier request
+		e, _ = c.lookup("d/g")
+		assert.Equal(t, "2", e.obj.Version)
+		// The name entries expire before the listing: the listing, older,
+		// still cannot answer for those names (ask the store again).
+		clock.Advance(45 * time.Second)
+		_, ok = c.lookup("d/g")
+		assert.False(t, ok)
+		_, ok = c.lookup("d/h")
+		assert.False(t, ok)
+		for range 5000 { // sweeps run now and then; they keep such entries
+			c.put("x/y", entry{kind: kindNone})
+		}
+		_, ok = c.lookup("d/h")
+		assert.False(t, ok)
+		e, _ = c.expired("d/g")
+		assert.Equal(t, "2", e.obj.Version, "in an outage, too, the newer answer")
 	})
 }
 
@@ -932,4 +965,59 @@ func TestInterruptedLookupReturns(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, fs.ForgetInode(context.Background(), &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
 	assert.Equal(t, int64(1), b.Stats().Stats, "the shared fetch served the second caller")
+}
+
+// TestOutageOneProbeAtATime: once the grace after a failure has run out,
+// one lookup asks the store whether it is back, which may take a whole
+// retry budget; known names meanwhile answer at once.
+func TestOutageOneProbeAtATime(t *testing.T) {
+	b := newTestBucket()
+	for _, n := range []string{"d/f", "d/g"} {
+		b.put(n, []byte("x"))
+	}
+	clock := newFakeClock()
+	fs := newTestFS(t, b, clock, nil)
+	ctx := context.Background()
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	var ents []fuseops.ChildInodeEntry
+	for _, n := range []string{"f", "g"} {
+		e, err := lookUp(fs, d.Child, n)
+		require.NoError(t, err)
+		ents = append(ents, e)
+	}
+	release := make(chan struct{})
+	var blocking atomic.Bool
+	down := func() error {
+		if blocking.Load() {
+			<-release // a whole retry budget
+		}
+		return fmt.Errorf("%w: refused", bucket.ErrUnavailable)
+	}
+	b.SetFaults(mem.Faults{
+		Stat: func(context.Context, *bucket.StatRequest) error { return down() },
+		List: func(context.Context, *bucket.ListRequest) error { return down() },
+	})
+	clock.Advance(2 * time.Minute)
+	f, err := lookUp(fs, d.Child, "f") // fails fast: the store is down
+	require.NoError(t, err)
+	blocking.Store(true)
+	clock.Advance(storeDownGrace + time.Second)
+	probe := make(chan error, 1)
+	go func() {
+		e, err := lookUp(fs, d.Child, "f")
+		if err == nil {
+			err = fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1})
+		}
+		probe <- err
+	}()
+	require.Eventually(t, func() bool { return fs.probing.Load() }, 5*time.Second, time.Millisecond)
+	clock.Advance(30 * time.Second) // the probe is still waiting
+	g, err := lookUp(fs, d.Child, "g")
+	require.NoError(t, err, "a known name while the store is probed")
+	close(release)
+	require.NoError(t, <-probe)
+	for _, e := range append(ents, f, g, d) {
+		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
+	}
 }
