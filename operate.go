@@ -207,8 +207,12 @@ func controlSocketOf(mountPoint string) (string, error) {
 		candidates = append(candidates, filepath.Join(rt, "ferry", filepath.Base(def)))
 	}
 	for _, c := range candidates {
-		if _, err := os.Stat(c); err == nil {
+		_, err := os.Stat(c)
+		if err == nil {
 			return c, nil
+		}
+		if errors.Is(err, iofs.ErrPermission) {
+			return "", fmt.Errorf("the control socket of the ferry mount on %s: %w (it is only for the user running ferry, or root)", mountPoint, err)
 		}
 	}
 	return "", fmt.Errorf("no control socket for the ferry mount on %s (looked for %s; see the daemon's log)", mountPoint, strings.Join(candidates, ", "))
@@ -264,6 +268,7 @@ type warmer struct {
 	scanned, scannedBytes atomic.Int64
 	failed                atomic.Int64
 	noDiskCache           atomic.Bool
+	noCheck               sync.Once  // the control socket could not be asked
 	errMu                 sync.Mutex // serialises error lines with the bar
 }
 
@@ -394,6 +399,17 @@ func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, se
 		w.fail(root, err)
 		return
 	}
+	// WalkDir does not follow a link given as its root (a link to the
+	// mount, or into it): walk what it names.
+	if real, err := filepath.EvalSymlinks(root); err == nil {
+		root = real
+	}
+	before := w.scanned.Load()
+	defer func() {
+		if w.scanned.Load() == before && ctx.Err() == nil {
+			w.fail(root, errors.New("no files found"))
+		}
+	}()
 	err := filepath.WalkDir(root, func(p string, d iofs.DirEntry, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -433,9 +449,20 @@ func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, se
 // holds all of it.
 func (w *warmer) warm(f warmFile, buf []byte) {
 	cached, hasCache, err := cachedBytes(f.path)
-	if err != nil {
+	if errors.Is(err, errNotFerry) {
 		w.fail(f.path, err)
 		return
+	}
+	if err != nil {
+		// The daemon cannot be asked (its socket is root's, or missing):
+		// what is cached is unknown, so read everything; the reads fill
+		// the cache all the same.
+		w.noCheck.Do(func() {
+			w.errMu.Lock()
+			defer w.errMu.Unlock()
+			fmt.Fprintf(w.stderr, "ferry warm: cannot ask the mount what it has cached (%v); reading every file\n", err)
+		})
+		cached, hasCache = 0, true
 	}
 	if !hasCache {
 		w.noDiskCache.Store(true)

@@ -328,3 +328,56 @@ func TestControlAfterLazyRemount(t *testing.T) {
 	require.Equal(t, 0, code, "%s%s", out, errOut)
 	assert.Equal(t, before+1, strings.Count(logOf(mb), "control: invalidate"))
 }
+
+// TestOperateWarmThroughLinkAndAsUser: warm follows a link given as its
+// path, and a user who cannot reach the root-only control socket still
+// warms (reading everything, with a warning) instead of failing every file.
+func TestOperateWarmThroughLinkAndAsUser(t *testing.T) {
+	s := newStore(t, "file")
+	objs := dataset(t, s, "train", 3, 256<<10)
+	// Everything the other user needs, searchable by them.
+	pub, err := os.MkdirTemp("", "ferry-pub-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(pub) })
+	require.NoError(t, os.Chmod(pub, 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(pub, "mnt"), 0o755))
+	m := mountAt(t, s, filepath.Join(pub, "mnt"), "--cache-dir", t.TempDir(), "--allow-other")
+	link := filepath.Join(t.TempDir(), "data")
+	require.NoError(t, os.Symlink(filepath.Join(m.dir, "train"), link))
+
+	out, errOut, code := ferryCmd(t, "", "warm", "--json", link)
+	require.Zero(t, code, "warm through a link: %s%s", out, errOut)
+	var w warmReport
+	require.NoError(t, json.Unmarshal([]byte(out), &w), out)
+	assert.EqualValues(t, len(objs), w.Files+w.CachedFiles)
+
+	// An empty directory is nothing to warm: say so.
+	require.NoError(t, os.Mkdir(filepath.Join(strings.TrimPrefix(s.url, "file://"), "empty"), 0o755))
+	out, errOut, code = ferryCmd(t, "", "warm", filepath.Join(m.dir, "empty"))
+	assert.Equal(t, 1, code, "%s%s", out, errOut)
+	assert.Contains(t, errOut, "no files found")
+
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv")
+	}
+	bin := filepath.Join(pub, "ferry")
+	data, err := os.ReadFile(ferryBin)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, data, 0o755))
+	for d := filepath.Dir(bin); d != "/"; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		require.NoError(t, err)
+		if fi.Mode().Perm()&0o001 == 0 {
+			t.Skipf("%s is not searchable by other users", d)
+		}
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "warm", "--json", filepath.Join(m.dir, "train"))
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	require.NoError(t, cmd.Run(), "warm as nobody: %s\nstderr: %s", o.String(), e.String())
+	w = warmReport{}
+	require.NoError(t, json.Unmarshal(o.Bytes(), &w), o.String())
+	assert.EqualValues(t, len(objs), w.Files, "read everything")
+	assert.Zero(t, w.Errors)
+	assert.Contains(t, e.String(), "cannot ask the mount what it has cached")
+}
