@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -104,11 +105,8 @@ func installHelperCommand() *cli.Command {
 			if c.NArg() != 0 {
 				return usageError{fmt.Errorf("install-helper takes no arguments (use --dest)")}
 			}
-			self, err := os.Executable()
+			self, err := helperTarget(os.Args[0])
 			if err != nil {
-				return err
-			}
-			if self, err = filepath.EvalSymlinks(self); err != nil {
 				return err
 			}
 			if err := installHelper(self, c.String("dest")); err != nil {
@@ -118,6 +116,39 @@ func installHelperCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// helperTarget is what the helper links to: this program as the user
+// named it (argv0, found on $PATH if bare), not the file that name
+// resolves to today, so that a link the admin repoints on upgrade
+// (/usr/local/bin/ferry -> /opt/ferry/1.2/ferry) keeps the helper
+// working. A binary of `go run` is deleted when it exits: refused.
+func helperTarget(argv0 string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if self, err = filepath.EvalSymlinks(self); err != nil {
+		return "", err
+	}
+	target := self
+	named := argv0
+	if !strings.Contains(named, "/") {
+		named, err = exec.LookPath(named)
+	}
+	if err == nil {
+		if abs, err := filepath.Abs(named); err == nil {
+			if a, err1 := os.Stat(abs); err1 == nil {
+				if b, err2 := os.Stat(self); err2 == nil && os.SameFile(a, b) {
+					target = abs // the same program, by the name the user gave
+				}
+			}
+		}
+	}
+	if strings.Contains(self, "/go-build") {
+		return "", fmt.Errorf("%s is a temporary binary (go run): build ferry and run install-helper from the built binary", self)
+	}
+	return target, nil
 }
 
 // errHelperExists: the destination is something other than a symlink, so

@@ -148,3 +148,18 @@ if grep -q " %[3]s " /proc/self/mountinfo; then echo STILL_MOUNTED; else echo UN
 	assert.Contains(t, string(out), "UNMOUNTED")
 	assert.False(t, isMounted(dir), "a namespaced mount must not leak into the parent namespace")
 }
+
+// TestInstallHelperKeepsTheNameGiven: the helper links to ferry by the
+// name it was run as, so repointing that link on an upgrade keeps
+// `mount -t ferry` working.
+func TestInstallHelperKeepsTheNameGiven(t *testing.T) {
+	dir := t.TempDir()
+	current := filepath.Join(dir, "ferry-current")
+	require.NoError(t, os.Symlink(ferryBin, current))
+	dest := filepath.Join(dir, "mount.ferry")
+	out, err := exec.Command(current, "install-helper", "--dest", dest).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	got, err := os.Readlink(dest)
+	require.NoError(t, err)
+	assert.Equal(t, current, got)
+}
