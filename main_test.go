@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -315,4 +316,16 @@ func TestHelperTarget(t *testing.T) {
 	got, err = helperTarget("/bin/sh")
 	require.NoError(t, err)
 	assert.Equal(t, self, got, "not this program")
+}
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:0": true, "[::1]:0": true, ":0": false, "0.0.0.0:0": false} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Logf("%s: %v", addr, err) // no IPv6 here
+			continue
+		}
+		assert.Equal(t, want, loopback(ln.Addr()), addr)
+		ln.Close()
+	}
 }

@@ -199,12 +199,16 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		if cfg.Debug {
+		switch {
+		case cfg.Debug && loopback(ln.Addr()):
 			// Profiles answer "where does the CPU go" on a live mount;
-			// only with --debug, since they expose internals.
+			// only with --debug, and only on loopback, since they expose
+			// internals (and cost CPU) to whoever can connect.
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		case cfg.Debug:
+			logger.Warn("--debug: profiles (/debug/pprof) are served only on a loopback --metrics-addr", "addr", ln.Addr().String())
 		}
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go metricsSrv.Serve(ln)
@@ -411,4 +415,11 @@ func slowWindow(storeTimeout time.Duration) time.Duration {
 		return 0
 	}
 	return max(storeTimeout, 30*time.Second)
+}
+
+// loopback reports whether a listener's address is reachable only from
+// this machine.
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }

@@ -214,7 +214,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "debug", Fstab: "debug", Kind: Bool, Default: "false", Category: catLogging,
-		Usage: "log at debug level, including every FUSE operation",
+		Usage: "log at debug level, including every FUSE operation; with a loopback --metrics-addr, also serve Go profiles at /debug/pprof",
 		set:   func(c *Config, s string) error { c.Debug = s == "true"; return nil }},
 	{Name: "metrics-addr", Placeholder: "HOST:PORT", Fstab: "metrics_addr", Kind: String, DefaultDoc: "off", Category: catLogging,
 		Usage: "serve Prometheus metrics on host:port at /metrics",
