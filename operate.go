@@ -268,8 +268,12 @@ type warmer struct {
 	scanned, scannedBytes atomic.Int64
 	failed                atomic.Int64
 	noDiskCache           atomic.Bool
-	noCheck               sync.Once  // the control socket could not be asked
-	errMu                 sync.Mutex // serialises error lines with the bar
+	noCheck               sync.Once // the control socket could not be asked
+	// Files read whose bytes the cache did not (yet) hold right after,
+	// checked again at the end: a cache smaller than the data evicts.
+	unsureMu sync.Mutex
+	unsure   []warmFile
+	errMu    sync.Mutex // serialises error lines with the bar
 }
 
 // warmSummary is what warm reports.
@@ -283,6 +287,10 @@ type warmSummary struct {
 	Errors       int64   `json:"errors"`
 	NoDiskCache  bool    `json:"no_disk_cache,omitempty"`
 	ScannedFiles int64   `json:"scanned_files"`
+	// Read, but not (all) in the disk cache afterwards: it is smaller
+	// than the data, or another reader's data evicted it.
+	NotKeptFiles int64 `json:"not_kept_files"`
+	NotKeptBytes int64 `json:"not_kept_bytes"`
 }
 
 func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, showBar bool, asJSON bool) error {
@@ -334,8 +342,10 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 		_ = w.bar.Finish()
 		fmt.Fprintln(w.stderr)
 	}
+	notKeptFiles, notKeptBytes := w.notKept()
 	secs := time.Since(start).Seconds()
 	s := warmSummary{
+		NotKeptFiles: notKeptFiles, NotKeptBytes: notKeptBytes,
 		Files: w.files.Load(), Bytes: w.bytes.Load(),
 		CachedFiles: w.cachedFiles.Load(), CachedBytes: w.cached.Load(),
 		Seconds: secs, Errors: w.failed.Load(), NoDiskCache: w.noDiskCache.Load(),
@@ -362,6 +372,10 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 	}
 	if s.Errors > 0 {
 		return &operationError{fmt.Sprintf("warm: %d errors", s.Errors)}
+	}
+	if s.NotKeptFiles > 0 {
+		return &operationError{fmt.Sprintf("warm: the disk cache does not hold %s of %d files it read: it is smaller than the data (--cache-size, --cache-min-free), or other reads evicted them",
+			humanize.IBytes(uint64(s.NotKeptBytes)), s.NotKeptFiles)}
 	}
 	return nil
 }
@@ -449,6 +463,7 @@ func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, se
 // holds all of it.
 func (w *warmer) warm(f warmFile, buf []byte) {
 	cached, hasCache, err := cachedBytes(f.path)
+	asked := err == nil
 	if errors.Is(err, errNotFerry) {
 		w.fail(f.path, err)
 		return
@@ -503,6 +518,30 @@ func (w *warmer) warm(f warmFile, buf []byte) {
 	}
 	w.files.Add(1)
 	w.bytes.Add(n)
+	if asked && hasCache {
+		if now, _, cerr := cachedBytes(f.path); cerr == nil && now < f.size {
+			w.unsureMu.Lock()
+			w.unsure = append(w.unsure, f)
+			w.unsureMu.Unlock()
+		}
+	}
+}
+
+// notKept checks the files that were not all cached right after their
+// read, once the last writes have landed, and returns how many bytes the
+// cache does not hold.
+func (w *warmer) notKept() (files, bytes int64) {
+	if len(w.unsure) == 0 {
+		return 0, 0
+	}
+	time.Sleep(time.Second) // cache writes run just after the reader has its bytes
+	for _, f := range w.unsure {
+		if now, _, err := cachedBytes(f.path); err == nil && now < f.size {
+			files++
+			bytes += f.size - now
+		}
+	}
+	return files, bytes
 }
 
 func (w *warmer) progress(n int64) {

@@ -381,3 +381,23 @@ func TestOperateWarmThroughLinkAndAsUser(t *testing.T) {
 	assert.Zero(t, w.Errors)
 	assert.Contains(t, e.String(), "cannot ask the mount what it has cached")
 }
+
+// TestOperateWarmCacheTooSmall: warming more than the disk cache holds
+// says so and fails, rather than report a warm tree.
+func TestOperateWarmCacheTooSmall(t *testing.T) {
+	s := newStore(t, "file")
+	objs := dataset(t, s, "train", 4, 3<<20)
+	m := mount(t, s, "--cache-dir", t.TempDir(), "--cache-size", "4MiB")
+	out, errOut, code := ferryCmd(t, "", "warm", "--json", filepath.Join(m.dir, "train"))
+	assert.Equal(t, 1, code, "%s%s", out, errOut)
+	assert.Contains(t, errOut, "does not hold")
+	var w struct {
+		Files        int64 `json:"files"`
+		NotKeptFiles int64 `json:"not_kept_files"`
+		NotKeptBytes int64 `json:"not_kept_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &w), out)
+	assert.EqualValues(t, len(objs), w.Files)
+	assert.Positive(t, w.NotKeptFiles)
+	assert.GreaterOrEqual(t, w.NotKeptBytes, int64(len(objs)*(3<<20)-(4<<20)))
+}
