@@ -82,7 +82,11 @@ type metaCache struct {
 	entries  map[string]cachedEntry   // GUARDED_BY(mu); key: object path without trailing "/"
 	listings map[string]cachedListing // GUARDED_BY(mu); key: directory path ("" = root)
 	puts     int                      // GUARDED_BY(mu); puts since the last sweep of expired items
-	seq      uint64                   // GUARDED_BY(mu); stamps items in store order
+	seq      uint64                   // GUARDED_BY(mu); stamps requests in the order they begin
+	// floors: an invalidation of a prefix at seq drops every answer under
+	// it from a request that began before (still in flight when it ran).
+	floors map[string]uint64 // GUARDED_BY(mu)
+	gen    uint64            // GUARDED_BY(mu); invalidations so far
 }
 
 func newMetaCache(ttl, negTTL time.Duration, now func() time.Time) *metaCache {
@@ -92,7 +96,33 @@ func newMetaCache(ttl, negTTL time.Duration, now func() time.Time) *metaCache {
 		negTTL:   negTTL,
 		entries:  make(map[string]cachedEntry),
 		listings: make(map[string]cachedListing),
+		floors:   make(map[string]uint64),
 	}
+}
+
+// maxFloors bounds the invalidation floors kept; past it they collapse
+// into one for everything (dropping every answer then in flight).
+const maxFloors = 1024
+
+// belowFloor reports whether an answer about path from a request that
+// began at seq predates an invalidation covering path.
+//
+// LOCKS_REQUIRED(c.mu)
+func (c *metaCache) belowFloor(path string, seq uint64) bool {
+	for p, f := range c.floors {
+		if seq <= f && under(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// generation changes with every invalidation: a request joins only
+// in-flight requests of the same generation.
+func (c *metaCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
 }
 
 // expiryFor returns when an item cached now with ttl expires, and false if
@@ -128,12 +158,24 @@ func (c *metaCache) lookup(path string) (entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ce, hasEntry := c.entries[path]
-	fresh := hasEntry && c.fresh(ce.exp)
 	dir, name := splitPath(path)
-	if l, ok := c.listings[dir]; ok && c.fresh(l.exp) && (!hasEntry || l.seq > ce.e.seq) {
-		return l.answer(name), true
+	l, hasListing := c.listings[dir]
+	if hasListing && (!hasEntry || l.seq > ce.e.seq) {
+		// The listing is newer: it answers while fresh, and once expired
+		// the older name entry cannot answer either.
+		return l.answer(name), c.fresh(l.exp)
 	}
-	return ce.e, fresh
+	return ce.e, hasEntry && c.fresh(ce.exp)
+}
+
+// latest returns the newest thing known about path, fresh or not, if it
+// is newer than seq (readdirplus: never hand out an older version than
+// a lookup has seen).
+func (c *metaCache) latest(path string, seq uint64) (entry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ce, ok := c.entries[path]
+	return ce.e, ok && ce.e.seq > seq
 }
 
 // answer is what the listing says about name.
@@ -172,13 +214,22 @@ func (c *metaCache) put(path string, e entry) {
 		c.seq++
 		e.seq = c.seq
 	}
-	if !ok {
-		// Caching is off, but an older positive entry must not outlive
-		// what we just learned.
-		delete(c.entries, path)
-		return
-	}
 	if ce, ok := c.entries[path]; ok && ce.e.seq > e.seq {
+		return // a later request's answer is here already
+	}
+	dir, _ := splitPath(path)
+	if l, ok := c.listings[dir]; (ok && l.seq > e.seq) || c.belowFloor(path, e.seq) {
+		return // a later listing, or an invalidation, supersedes it
+	}
+	if !ok {
+		// Caching is off, but an older entry must not outlive what we
+		// just learned, nor an older listing answer again: keep it,
+		// already expired, as a tombstone that outranks the listing.
+		if _, listed := c.listings[dir]; listed {
+			c.entries[path] = cachedEntry{e: e, exp: expiry{at: c.now()}}
+		} else {
+			delete(c.entries, path)
+		}
 		return
 	}
 	c.entries[path] = cachedEntry{e: e, exp: exp}
@@ -212,6 +263,14 @@ func (c *metaCache) putListing(dir string, entries []dirEntry, seq uint64) {
 	defer c.mu.Unlock()
 	if l, ok := c.listings[dir]; ok && l.seq > seq {
 		return // a listing that began later is cached already
+	}
+	if c.belowFloor(dir, seq) {
+		return // invalidated while it was being read
+	}
+	for p, f := range c.floors {
+		if parent, _ := splitPath(p); p != "" && parent == dir && seq <= f {
+			return // it names an invalidated child as it was
+		}
 	}
 	c.listings[dir] = cachedListing{entries: entries, byName: byName, exp: exp, seq: seq}
 	// Name entries of the children that are older than this listing: drop

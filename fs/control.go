@@ -224,6 +224,14 @@ func (fs *fileSystem) notifyKernel(ctx context.Context, kes []kernelEntry) (int,
 func (c *metaCache) invalidate(p string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Answers of requests begun before now must not come back.
+	c.gen++
+	if len(c.floors) >= maxFloors {
+		clear(c.floors)
+		p2 := ""
+		c.floors[p2] = c.seq
+	}
+	c.floors[p] = c.seq
 	n := 0
 	for k := range c.entries {
 		if under(k, p) {

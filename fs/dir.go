@@ -219,7 +219,7 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 		// never hand the kernel an older version's inode for a name.
 		ent := e.entry
 		if ent.kind == kindFile {
-			if cur, ok := fs.cache.lookup(childPath(h.path, e.name)); ok && cur.kind == kindFile && cur.seq > ent.seq {
+			if cur, ok := fs.cache.latest(childPath(h.path, e.name), ent.seq); ok && cur.kind == kindFile {
 				ent = cur
 			}
 		}

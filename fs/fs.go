@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -114,6 +115,7 @@ type fileSystem struct {
 	staleLogged  atomic.Bool
 	storeDownAt  atomic.Int64       // unix ns of the last fetch the store could not answer; 0 after a success
 	probing      atomic.Bool        // a resolve is asking the store whether it is back
+	storeOKSeq   atomic.Uint64      // seq of the latest-begun fetch the store answered
 	hiddenMetric prometheus.Counter // nil without a Registerer
 
 	mu sync.Mutex
@@ -367,7 +369,9 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 			defer fs.probing.Store(false)
 		}
 	}
-	ch := fs.resolves.DoChan(path, func() (any, error) {
+	// Only requests begun since the last invalidation are joined.
+	key := path + "\x00" + strconv.FormatUint(fs.cache.generation(), 10)
+	ch := fs.resolves.DoChan(key, func() (any, error) {
 		// A resolve that finished between our cache check and Do has
 		// filled the cache already.
 		if e, ok := fs.cache.lookup(path); ok {
@@ -381,9 +385,19 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 		seq := fs.cache.begin()
 		e, err := fs.fetch(context.WithoutCancel(ctx), path)
 		e.seq = seq
+		// Down only if no request begun later has been answered: a slow
+		// failure from before the store came back says nothing now.
 		if errors.Is(err, bucket.ErrUnavailable) {
-			fs.storeDownAt.Store(fs.now().UnixNano())
+			if seq > fs.storeOKSeq.Load() {
+				fs.storeDownAt.Store(fs.now().UnixNano())
+			}
 		} else if err == nil {
+			for {
+				ok := fs.storeOKSeq.Load()
+				if seq <= ok || fs.storeOKSeq.CompareAndSwap(ok, seq) {
+					break
+				}
+			}
 			fs.storeDownAt.Store(0)
 		}
 		if err != nil {
