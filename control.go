@@ -161,8 +161,8 @@ func listenControl(path string, takeOver bool, log *slog.Logger) (net.Listener, 
 				log.Info("control socket taken over from an earlier ferry on this mount point (detached, or stacked under this mount)", "path", path)
 			}
 		}
-		if err := os.Remove(path); err != nil {
-			return nil, err
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err // (gone meanwhile: its daemon removed it)
 		}
 	}
 	// The socket is created with the umask applied; 0600 from the start

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -118,6 +119,9 @@ func installHelperCommand() *cli.Command {
 	}
 }
 
+// goBuildDir matches the temporary directories of go run and go test.
+var goBuildDir = regexp.MustCompile(`/go-build[0-9]+/`)
+
 // helperTarget is what the helper links to: this program as the user
 // named it (argv0, found on $PATH if bare), not the file that name
 // resolves to today, so that a link the admin repoints on upgrade
@@ -145,7 +149,7 @@ func helperTarget(argv0 string) (string, error) {
 			}
 		}
 	}
-	if strings.Contains(self, "/go-build") {
+	if goBuildDir.MatchString(self) {
 		return "", fmt.Errorf("%s is a temporary binary (go run): build ferry and run install-helper from the built binary", self)
 	}
 	return target, nil

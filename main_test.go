@@ -295,27 +295,10 @@ func TestLoggerToFile(t *testing.T) {
 	assert.Equal(t, "log-file", oe.Option)
 }
 
-// TestHelperTarget: install-helper links to this program by the name it
-// was run as (a link the admin repoints on upgrade keeps working), and
-// falls back to the file itself for a name that is not this program.
-func TestHelperTarget(t *testing.T) {
-	self, err := os.Executable()
-	require.NoError(t, err)
-	self, err = filepath.EvalSymlinks(self)
-	require.NoError(t, err)
-	link := filepath.Join(t.TempDir(), "ferry-current")
-	require.NoError(t, os.Symlink(self, link))
-	got, err := helperTarget(link)
-	if strings.Contains(self, "/go-build") {
-		// go test's binary lives in a go-build directory, like go run's.
-		assert.ErrorContains(t, err, "temporary binary")
-		return
-	}
-	require.NoError(t, err)
-	assert.Equal(t, link, got)
-	got, err = helperTarget("/bin/sh")
-	require.NoError(t, err)
-	assert.Equal(t, self, got, "not this program")
+func TestGoBuildDir(t *testing.T) {
+	assert.True(t, goBuildDir.MatchString("/tmp/go-build3274905098/b001/exe/ferry"))
+	assert.False(t, goBuildDir.MatchString("/home/me/go-builds/ferry"))
+	assert.False(t, goBuildDir.MatchString("/usr/local/bin/ferry"))
 }
 
 func TestLoopback(t *testing.T) {

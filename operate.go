@@ -206,14 +206,18 @@ func controlSocketOf(mountPoint string) (string, error) {
 	if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" {
 		candidates = append(candidates, filepath.Join(rt, "ferry", filepath.Base(def)))
 	}
+	var denied error
 	for _, c := range candidates {
 		_, err := os.Stat(c)
 		if err == nil {
 			return c, nil
 		}
-		if errors.Is(err, iofs.ErrPermission) {
-			return "", fmt.Errorf("the control socket of the ferry mount on %s: %w (it is only for the user running ferry, or root)", mountPoint, err)
+		if errors.Is(err, iofs.ErrPermission) && denied == nil {
+			denied = err // another place may still be ours
 		}
+	}
+	if denied != nil {
+		return "", fmt.Errorf("the control socket of the ferry mount on %s: %w (it is only for the user running ferry, or root)", mountPoint, denied)
 	}
 	return "", fmt.Errorf("no control socket for the ferry mount on %s (looked for %s; see the daemon's log)", mountPoint, strings.Join(candidates, ", "))
 }
@@ -418,9 +422,9 @@ func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, se
 	if real, err := filepath.EvalSymlinks(root); err == nil {
 		root = real
 	}
-	before := w.scanned.Load()
+	found := 0 // files under root, also those named before
 	defer func() {
-		if w.scanned.Load() == before && ctx.Err() == nil {
+		if found == 0 && ctx.Err() == nil {
 			w.fail(root, errors.New("no files found"))
 		}
 	}()
@@ -435,6 +439,7 @@ func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, se
 		if !d.Type().IsRegular() {
 			return nil
 		}
+		found++
 		if abs, err := filepath.Abs(p); err == nil {
 			if seen[abs] {
 				return nil
@@ -531,15 +536,24 @@ func (w *warmer) warm(f warmFile, buf []byte) {
 // read, once the last writes have landed, and returns how many bytes the
 // cache does not hold.
 func (w *warmer) notKept() (files, bytes int64) {
-	if len(w.unsure) == 0 {
-		return 0, 0
-	}
-	time.Sleep(time.Second) // cache writes run just after the reader has its bytes
-	for _, f := range w.unsure {
-		if now, _, err := cachedBytes(f.path); err == nil && now < f.size {
-			files++
-			bytes += f.size - now
+	// Cache writes run just after the reader has its bytes: give them a
+	// few seconds to land before counting what is missing.
+	pending := w.unsure
+	for deadline := time.Now().Add(5 * time.Second); len(pending) > 0; {
+		files, bytes = 0, 0
+		var still []warmFile
+		for _, f := range pending {
+			if now, _, err := cachedBytes(f.path); err == nil && now < f.size {
+				files++
+				bytes += f.size - now
+				still = append(still, f)
+			}
 		}
+		pending = still
+		if len(pending) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	return files, bytes
 }

@@ -351,6 +351,10 @@ func TestOperateWarmThroughLinkAndAsUser(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &w), out)
 	assert.EqualValues(t, len(objs), w.Files+w.CachedFiles)
 
+	// A path already covered by an earlier one is no error.
+	out, errOut, code = ferryCmd(t, "", "warm", filepath.Join(m.dir, "train"), filepath.Join(m.dir, "train", "obj000"))
+	require.Zero(t, code, "%s%s", out, errOut)
+
 	// An empty directory is nothing to warm: say so.
 	require.NoError(t, os.Mkdir(filepath.Join(strings.TrimPrefix(s.url, "file://"), "empty"), 0o755))
 	out, errOut, code = ferryCmd(t, "", "warm", filepath.Join(m.dir, "empty"))
