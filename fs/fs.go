@@ -355,10 +355,9 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 		return e, nil
 	}
 	// While the store was just seen down, a known name answers at once
-	// rather than after another full retry budget; a lookup after
-	// storeDownGrace asks the store again.
-	// After the grace one caller at a time probes the store; the others
-	// keep answering while it does (a probe may take --retry-max-time).
+	// rather than after another full retry budget. After storeDownGrace
+	// one caller at a time probes the store; the others keep answering
+	// while it does (a probe may take --retry-max-time).
 	if t := fs.storeDownAt.Load(); t != 0 {
 		if fs.now().Sub(time.Unix(0, t)) < storeDownGrace || !fs.probing.CompareAndSwap(false, true) {
 			if old, ok := fs.cache.expired(path); ok {
