@@ -228,8 +228,7 @@ func (c *metaCache) invalidate(p string) int {
 	c.gen++
 	if len(c.floors) >= maxFloors {
 		clear(c.floors)
-		p2 := ""
-		c.floors[p2] = c.seq
+		c.floors[""] = c.seq
 	}
 	c.floors[p] = c.seq
 	n := 0
