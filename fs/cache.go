@@ -85,8 +85,9 @@ type metaCache struct {
 	seq      uint64                   // GUARDED_BY(mu); stamps requests in the order they begin
 	// floors: an invalidation of a prefix at seq drops every answer under
 	// it from a request that began before (still in flight when it ran).
-	floors map[string]uint64 // GUARDED_BY(mu)
-	gen    uint64            // GUARDED_BY(mu); invalidations so far
+	floors   map[string]uint64 // GUARDED_BY(mu)
+	floorMax uint64            // GUARDED_BY(mu); the greatest floor
+	gen      uint64            // GUARDED_BY(mu); invalidations so far
 }
 
 func newMetaCache(ttl, negTTL time.Duration, now func() time.Time) *metaCache {
@@ -109,6 +110,9 @@ const maxFloors = 1024
 //
 // LOCKS_REQUIRED(c.mu)
 func (c *metaCache) belowFloor(path string, seq uint64) bool {
+	if seq > c.floorMax {
+		return false // begun after the last invalidation: the usual case
+	}
 	for p, f := range c.floors {
 		if seq <= f && under(path, p) {
 			return true
@@ -168,14 +172,22 @@ func (c *metaCache) lookup(path string) (entry, bool) {
 	return ce.e, hasEntry && c.fresh(ce.exp)
 }
 
-// latest returns the newest thing known about path, fresh or not, if it
-// is newer than seq (readdirplus: never hand out an older version than
-// a lookup has seen).
-func (c *metaCache) latest(path string, seq uint64) (entry, bool) {
+// newest returns the newest thing known about path, fresh or not, from a
+// name entry or the parent's listing, if a request begun after seq
+// learned it (readdirplus: never hand out what is older than what a
+// lookup has seen).
+func (c *metaCache) newest(path string, seq uint64) (entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ce, ok := c.entries[path]
-	return ce.e, ok && ce.e.seq > seq
+	best, found := entry{}, false
+	if ce, ok := c.entries[path]; ok && ce.e.seq > seq {
+		best, found = ce.e, true
+	}
+	dir, name := splitPath(path)
+	if l, ok := c.listings[dir]; ok && l.seq > seq && (!found || l.seq > best.seq) {
+		best, found = l.answer(name), true
+	}
+	return best, found
 }
 
 // answer is what the listing says about name.
@@ -225,8 +237,9 @@ func (c *metaCache) put(path string, e entry) {
 		// Caching is off, but an older entry must not outlive what we
 		// just learned, nor an older listing answer again: keep it,
 		// already expired, as a tombstone that outranks the listing.
-		if _, listed := c.listings[dir]; listed {
+		if l, listed := c.listings[dir]; listed && c.fresh(l.exp) {
 			c.entries[path] = cachedEntry{e: e, exp: expiry{at: c.now()}}
+			c.maybeSweep()
 		} else {
 			delete(c.entries, path)
 		}
@@ -268,6 +281,9 @@ func (c *metaCache) putListing(dir string, entries []dirEntry, seq uint64) {
 		return // invalidated while it was being read
 	}
 	for p, f := range c.floors {
+		if seq > c.floorMax {
+			break
+		}
 		if parent, _ := splitPath(p); p != "" && parent == dir && seq <= f {
 			return // it names an invalidated child as it was
 		}

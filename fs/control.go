@@ -231,6 +231,7 @@ func (c *metaCache) invalidate(p string) int {
 		c.floors[""] = c.seq
 	}
 	c.floors[p] = c.seq
+	c.floorMax = c.seq
 	n := 0
 	for k := range c.entries {
 		if under(k, p) {

@@ -214,14 +214,25 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 		if direntPlusSize(e.name) > len(buf) {
 			return nil
 		}
-		// A listing can be older than what a lookup has learned since (a
+		// A listing can be older than what ferry has learned since (a
 		// long-lived handle, or a List that began before an overwrite):
-		// never hand the kernel an older version's inode for a name.
+		// never hand the kernel an older version's inode for a name. If
+		// the name is gone or changed kind since, it is listed without an
+		// entry (child 0: the kernel caches nothing for it).
 		ent := e.entry
-		if ent.kind == kindFile {
-			if cur, ok := fs.cache.latest(childPath(h.path, e.name), ent.seq); ok && cur.kind == kindFile {
-				ent = cur
+		if cur, ok := fs.cache.newest(childPath(h.path, e.name), ent.seq); ok {
+			if cur.kind != ent.kind {
+				fs.mu.Lock()
+				d.Inode = fs.direntInode(h.path, e)
+				fs.mu.Unlock()
+				n := fuseutil.WriteDirentPlus(buf, fuseutil.DirentPlus{Dirent: d})
+				if n == 0 {
+					return nil
+				}
+				op.BytesRead += n
+				continue
 			}
+			ent = cur
 		}
 		fs.mu.Lock()
 		in := fs.acquire(childPath(h.path, e.name), ent)
