@@ -273,10 +273,10 @@ type warmer struct {
 	failed                atomic.Int64
 	noDiskCache           atomic.Bool
 	noCheck               sync.Once // the control socket could not be asked
-	// Files read whose bytes the cache did not (yet) hold right after,
-	// checked again at the end: a cache smaller than the data evicts.
-	unsureMu sync.Mutex
-	unsure   []warmFile
+	// Files read, checked again at the end: a cache smaller than the
+	// data evicts what it took earlier.
+	readMu sync.Mutex
+	read   []warmFile
 	errMu    sync.Mutex // serialises error lines with the bar
 }
 
@@ -524,21 +524,19 @@ func (w *warmer) warm(f warmFile, buf []byte) {
 	w.files.Add(1)
 	w.bytes.Add(n)
 	if asked && hasCache {
-		if now, _, cerr := cachedBytes(f.path); cerr == nil && now < f.size {
-			w.unsureMu.Lock()
-			w.unsure = append(w.unsure, f)
-			w.unsureMu.Unlock()
-		}
+		w.readMu.Lock()
+		w.read = append(w.read, f)
+		w.readMu.Unlock()
 	}
 }
 
-// notKept checks the files that were not all cached right after their
-// read, once the last writes have landed, and returns how many bytes the
-// cache does not hold.
+// notKept checks every file read, once the last writes have landed, and
+// returns how many bytes the cache does not hold (one question to the
+// daemon per file; nothing is read).
 func (w *warmer) notKept() (files, bytes int64) {
 	// Cache writes run just after the reader has its bytes: give them a
 	// few seconds to land before counting what is missing.
-	pending := w.unsure
+	pending := w.read
 	for deadline := time.Now().Add(5 * time.Second); len(pending) > 0; {
 		files, bytes = 0, 0
 		var still []warmFile
