@@ -346,7 +346,10 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 		_ = w.bar.Finish()
 		fmt.Fprintln(w.stderr)
 	}
-	notKeptFiles, notKeptBytes := w.notKept()
+	var notKeptFiles, notKeptBytes int64
+	if ctx.Err() == nil { // not after Ctrl-C: that waits for nothing
+		notKeptFiles, notKeptBytes = w.notKept()
+	}
 	secs := time.Since(start).Seconds()
 	s := warmSummary{
 		NotKeptFiles: notKeptFiles, NotKeptBytes: notKeptBytes,
