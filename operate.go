@@ -277,7 +277,7 @@ type warmer struct {
 	// data evicts what it took earlier.
 	readMu sync.Mutex
 	read   []warmFile
-	errMu    sync.Mutex // serialises error lines with the bar
+	errMu  sync.Mutex // serialises error lines with the bar
 }
 
 // warmSummary is what warm reports.
