@@ -172,10 +172,11 @@ func (c *metaCache) lookup(path string) (entry, bool) {
 	return ce.e, hasEntry && c.fresh(ce.exp)
 }
 
-// newest returns the newest thing known about path, fresh or not, from a
-// name entry or the parent's listing, if a request begun after seq
-// learned it (readdirplus: never hand out what is older than what a
-// lookup has seen).
+// newest returns the newest thing known about path, fresh or not (while
+// not swept away), from a name entry or the parent's listing, if a
+// request begun after seq learned it: for readdirplus, never to hand out
+// what is older than what a lookup has seen; with seq 0, for answering
+// when the store cannot.
 func (c *metaCache) newest(path string, seq uint64) (entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -196,20 +197,6 @@ func (l *cachedListing) answer(name string) entry {
 		return l.entries[i].entry
 	}
 	return entry{kind: kindNone, seq: l.seq}
-}
-
-// expired returns path's entry even if it has expired (while it has not
-// been swept away), from a name entry or the parent's listing, the newer
-// of the two; for answering when the store cannot.
-func (c *metaCache) expired(path string) (entry, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ce, found := c.entries[path]
-	dir, name := splitPath(path)
-	if l, ok := c.listings[dir]; ok && (!found || l.seq > ce.e.seq) {
-		return l.answer(name), true
-	}
-	return ce.e, found
 }
 
 // put caches what path resolved to, unless the cache already holds what a

@@ -360,7 +360,7 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 	// while it does (a probe may take --retry-max-time).
 	if t := fs.storeDownAt.Load(); t != 0 {
 		if fs.now().Sub(time.Unix(0, t)) < storeDownGrace || !fs.probing.CompareAndSwap(false, true) {
-			if old, ok := fs.cache.expired(path); ok {
+			if old, ok := fs.cache.newest(path, 0); ok {
 				fs.staleServed.Add(1)
 				return old, nil
 			}
@@ -400,7 +400,7 @@ func (fs *fileSystem) resolve(ctx context.Context, path string) (entry, error) {
 			fs.storeDownAt.Store(0)
 		}
 		if err != nil {
-			if old, ok := fs.cache.expired(path); ok && errors.Is(err, bucket.ErrUnavailable) {
+			if old, ok := fs.cache.newest(path, 0); ok && errors.Is(err, bucket.ErrUnavailable) {
 				fs.staleServed.Add(1)
 				if !fs.staleLogged.Swap(true) {
 					fs.log.Warn("fs: store unavailable; answering from expired metadata (logged once)", "path", path, "err", err)

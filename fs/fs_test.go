@@ -326,7 +326,7 @@ func TestMetaCacheTTL(t *testing.T) {
 		}
 		_, ok = c.lookup("d/h")
 		assert.False(t, ok)
-		e, _ = c.expired("d/g")
+		e, _ = c.newest("d/g", 0)
 		assert.Equal(t, "2", e.obj.Version, "in an outage, too, the newer answer")
 	})
 }
