@@ -238,26 +238,27 @@ func readMounts() []mountEntry {
 	return out
 }
 
-// mountType returns the file system type ("fuse.ferry", "tmpfs") of the
-// topmost mount on dir, from /proc/self/mountinfo.
-func mountType(dir string) (fstype string, mounted bool) {
+// topMount returns the topmost mount on dir, from /proc/self/mountinfo.
+func topMount(dir string) (top mountEntry, mounted bool) {
 	for _, m := range readMounts() {
 		if m.point == dir {
-			fstype, mounted = m.fstype, true
+			top, mounted = m, true
 		}
 	}
-	return fstype, mounted
+	return top, mounted
+}
+
+// mountType returns the file system type ("fuse.ferry", "tmpfs") of the
+// topmost mount on dir.
+func mountType(dir string) (fstype string, mounted bool) {
+	m, ok := topMount(dir)
+	return m.fstype, ok
 }
 
 // mountDev returns the device ("major:minor") of the topmost mount on dir.
 func mountDev(dir string) string {
-	dev := ""
-	for _, m := range readMounts() {
-		if m.point == dir {
-			dev = m.dev
-		}
-	}
-	return dev
+	m, _ := topMount(dir)
+	return m.dev
 }
 
 // devOf is the device ("major:minor") of the file system holding path,

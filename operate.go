@@ -226,20 +226,12 @@ func controlSocketOf(mountPoint string) (string, error) {
 // holds; ok is false if the mount has no disk cache. It asks the daemon
 // through its control socket and fetches nothing.
 func cachedBytes(path string) (n int64, ok bool, err error) {
-	mp, obj, err := ferryMount(path)
-	if err != nil {
-		return 0, false, err
-	}
-	socket, err := controlSocketOf(mp)
+	socket, obj, dev, err := locate(path)
 	if err != nil {
 		return 0, false, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dev, err := devOf(mp)
-	if err != nil {
-		return 0, false, err
-	}
 	resp, err := callControl(ctx, socket, &controlRequest{Op: "cached", Path: obj, Dev: dev})
 	if err != nil {
 		return 0, false, err
