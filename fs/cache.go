@@ -105,16 +105,24 @@ func newMetaCache(ttl, negTTL time.Duration, now func() time.Time) *metaCache {
 // into one for everything (dropping every answer then in flight).
 const maxFloors = 1024
 
-// belowFloor reports whether an answer about path from a request that
-// began at seq predates an invalidation covering path.
+// belowFloor reports whether an answer about path (a listing of it, if
+// listing) from a request that began at seq predates an invalidation
+// covering it.
 //
 // LOCKS_REQUIRED(c.mu)
-func (c *metaCache) belowFloor(path string, seq uint64) bool {
+func (c *metaCache) belowFloor(path string, seq uint64, listing bool) bool {
 	if seq > c.floorMax {
 		return false // begun after the last invalidation: the usual case
 	}
 	for p, f := range c.floors {
-		if seq <= f && under(path, p) {
+		if seq > f {
+			continue
+		}
+		if under(path, p) {
+			return true
+		}
+		// A listing of path names its invalidated children as they were.
+		if parent, _ := splitPath(p); listing && p != "" && parent == path {
 			return true
 		}
 	}
@@ -217,7 +225,7 @@ func (c *metaCache) put(path string, e entry) {
 		return // a later request's answer is here already
 	}
 	dir, _ := splitPath(path)
-	if l, ok := c.listings[dir]; (ok && l.seq > e.seq) || c.belowFloor(path, e.seq) {
+	if l, ok := c.listings[dir]; (ok && l.seq > e.seq) || c.belowFloor(path, e.seq, false) {
 		return // a later listing, or an invalidation, supersedes it
 	}
 	if !ok {
@@ -264,16 +272,8 @@ func (c *metaCache) putListing(dir string, entries []dirEntry, seq uint64) {
 	if l, ok := c.listings[dir]; ok && l.seq > seq {
 		return // a listing that began later is cached already
 	}
-	if c.belowFloor(dir, seq) {
+	if c.belowFloor(dir, seq, true) {
 		return // invalidated while it was being read
-	}
-	for p, f := range c.floors {
-		if seq > c.floorMax {
-			break
-		}
-		if parent, _ := splitPath(p); p != "" && parent == dir && seq <= f {
-			return // it names an invalidated child as it was
-		}
 	}
 	c.listings[dir] = cachedListing{entries: entries, byName: byName, exp: exp, seq: seq}
 	// Name entries of the children that are older than this listing: drop
