@@ -331,22 +331,32 @@ func TestBackgroundRelativePaths(t *testing.T) {
 	assert.Equal(t, "/", cwd, "the daemon keeps no directory busy")
 }
 
+// startForeground mounts a file store holding "f" with ferry
+// --foreground (run through wrap, e.g. nohup, if given) and waits until
+// it is set up, not just mounted: a signal during setup aborts the mount.
+// exited receives its exit; logs reads its log.
+func startForeground(t *testing.T, wrap ...string) (cmd *exec.Cmd, exited <-chan error, dir string, logs func() string) {
+	t.Helper()
+	s := newStore(t, "file")
+	s.put(t, "f", []byte("x"))
+	dir = t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "ferry.log")
+	argv := append(append(append(wrap, ferryBin), s.args...), "--foreground", "--log-file", logFile, s.url, dir)
+	cmd = exec.Command(argv[0], argv[1:]...)
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	m := &mounted{dir: dir, pid: cmd.Process.Pid, log: logFile} // nohup execs ferry: same pid
+	t.Cleanup(func() { m.unmount(t) })
+	logs = func() string { b, _ := os.ReadFile(logFile); return string(b) }
+	require.Eventually(t, func() bool { return strings.Contains(logs(), "msg=mounted") }, 20*time.Second, 20*time.Millisecond, "never mounted")
+	return cmd, done, dir, logs
+}
+
 // TestForegroundSIGHUPUnmounts: a foreground ferry whose terminal goes
 // away (SIGHUP) unmounts and exits instead of leaving a dead mount.
 func TestForegroundSIGHUPUnmounts(t *testing.T) {
-	s := newStore(t, "file")
-	s.put(t, "f", []byte("x"))
-	dir := t.TempDir()
-	logFile := filepath.Join(t.TempDir(), "ferry.log")
-	cmd := exec.Command(ferryBin, append(append([]string{}, s.args...), "--foreground", "--log-file", logFile, s.url, dir)...)
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	m := &mounted{dir: dir, pid: cmd.Process.Pid, log: logFile}
-	t.Cleanup(func() { m.unmount(t) })
-	logs := func() string { b, _ := os.ReadFile(logFile); return string(b) }
-	// Set up, not just mounted: a signal during setup aborts the mount.
-	require.Eventually(t, func() bool { return strings.Contains(logs(), "msg=mounted") }, 20*time.Second, 20*time.Millisecond, "never mounted")
+	cmd, exited, dir, logs := startForeground(t)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
 	select {
@@ -361,18 +371,7 @@ func TestForegroundSIGHUPUnmounts(t *testing.T) {
 // TestForegroundUnderNohupIgnoresSIGHUP: started under nohup, a foreground
 // ferry keeps SIGHUP ignored and keeps serving.
 func TestForegroundUnderNohupIgnoresSIGHUP(t *testing.T) {
-	s := newStore(t, "file")
-	s.put(t, "f", []byte("x"))
-	dir := t.TempDir()
-	logFile := filepath.Join(t.TempDir(), "ferry.log")
-	cmd := exec.Command("nohup", append(append([]string{ferryBin}, s.args...), "--foreground", "--log-file", logFile, s.url, dir)...)
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	m := &mounted{dir: dir, pid: cmd.Process.Pid, log: logFile}
-	t.Cleanup(func() { m.unmount(t) })
-	logs := func() string { b, _ := os.ReadFile(logFile); return string(b) }
-	require.Eventually(t, func() bool { return strings.Contains(logs(), "msg=mounted") }, 20*time.Second, 20*time.Millisecond, "never mounted")
+	cmd, exited, dir, logs := startForeground(t, "nohup")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP)) // nohup exec'd ferry: same pid
 	select {
