@@ -755,6 +755,27 @@ func (b *slowListBucket) List(ctx context.Context, req *bucket.ListRequest) (*bu
 	return l, err
 }
 
+// listBehind starts listing the root through b and returns once the
+// store has answered the listing, which is then held back; land lets it
+// finish (and be cached) and releases its handle.
+func listBehind(t *testing.T, fs *fileSystem, b *slowListBucket) (land func()) {
+	t.Helper()
+	ctx := context.Background()
+	dh := &fuseops.OpenDirOp{Inode: fuseops.RootInodeID}
+	require.NoError(t, fs.OpenDir(ctx, dh))
+	done := make(chan error, 1)
+	go func() {
+		done <- fs.ReadDir(ctx, &fuseops.ReadDirOp{Inode: fuseops.RootInodeID, Handle: dh.Handle, Dst: make([]byte, 4096)})
+	}()
+	<-b.listed
+	return func() {
+		t.Helper()
+		close(b.gate)
+		require.NoError(t, <-done)
+		require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: dh.Handle}))
+	}
+}
+
 // TestOlderListingStoredAfterStat: a listing whose request began before an
 // overwrite is stored after a Stat that saw the new version. The newer
 // version still answers lookups and opens; the kernel is never sent back

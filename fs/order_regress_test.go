@@ -37,22 +37,14 @@ func TestReadDirPlusPrefersExpiredNewerEntry(t *testing.T) {
 	clock := newFakeClock()
 	fs := newTestFS(t, b, clock, nil)
 	ctx := context.Background()
-	dh := &fuseops.OpenDirOp{Inode: fuseops.RootInodeID}
-	require.NoError(t, fs.OpenDir(ctx, dh))
-	done := make(chan error)
-	go func() {
-		done <- fs.ReadDir(ctx, &fuseops.ReadDirOp{Inode: fuseops.RootInodeID, Handle: dh.Handle, Dst: make([]byte, 4096)})
-	}()
-	<-b.listed
+	land := listBehind(t, fs, b)
 	time.Sleep(2 * time.Millisecond)
 	tb.put("f", []byte("two!"))
 	f2, err := lookUp(fs, fuseops.RootInodeID, "f")
 	require.NoError(t, err)
 	require.Equal(t, uint64(4), f2.Attributes.Size)
 	clock.Advance(30 * time.Second)
-	close(b.gate)
-	require.NoError(t, <-done)
-	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: dh.Handle}))
+	land()
 	clock.Advance(45 * time.Second) // entry expired, listing fresh
 	ds := readDir(t, fs, fuseops.RootInodeID, 4096, true)
 	require.Len(t, ds, 1)
@@ -105,21 +97,13 @@ func TestNegativeTTLZeroKeepsDeletedGone(t *testing.T) {
 	clock := newFakeClock()
 	fs := newTestFS(t, b, clock, func(c *Config) { c.NegativeTTL = 0 })
 	ctx := context.Background()
-	dh := &fuseops.OpenDirOp{Inode: fuseops.RootInodeID}
-	require.NoError(t, fs.OpenDir(ctx, dh))
-	done := make(chan error)
-	go func() {
-		done <- fs.ReadDir(ctx, &fuseops.ReadDirOp{Inode: fuseops.RootInodeID, Handle: dh.Handle, Dst: make([]byte, 4096)})
-	}()
-	<-b.listed // listing has v1
+	land := listBehind(t, fs, b) // listing has v1
 	time.Sleep(2 * time.Millisecond)
 	tb.put("f", []byte("two!"))
 	f2, err := lookUp(fs, fuseops.RootInodeID, "f")
 	require.NoError(t, err)
 	clock.Advance(30 * time.Second)
-	close(b.gate)
-	require.NoError(t, <-done)
-	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: dh.Handle}))
+	land()
 	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: f2.Child, N: 1}))
 	require.NoError(t, tb.Delete(ctx, "f"))
 	clock.Advance(45 * time.Second) // entry expired, listing fresh

@@ -27,19 +27,11 @@ func TestReadDirPlusNeverResurrectsDeletedFile(t *testing.T) {
 	b := &slowListBucket{testBucket: tb, gate: make(chan struct{}), listed: make(chan struct{})}
 	fs := newTestFS(t, b, newFakeClock(), func(c *Config) { c.MetadataTTL = -1; c.NegativeTTL = -1 })
 	ctx := context.Background()
-	dh := &fuseops.OpenDirOp{Inode: fuseops.RootInodeID}
-	require.NoError(t, fs.OpenDir(ctx, dh))
-	done := make(chan error)
-	go func() {
-		done <- fs.ReadDir(ctx, &fuseops.ReadDirOp{Inode: fuseops.RootInodeID, Handle: dh.Handle, Dst: make([]byte, 4096)})
-	}()
-	<-b.listed // the listing has f
+	land := listBehind(t, fs, b) // the listing has f
 	require.NoError(t, tb.Delete(ctx, "f"))
 	_, err := lookUp(fs, fuseops.RootInodeID, "f")
 	require.Error(t, err, "lookup: f is gone") // ENOENT given to the kernel
-	close(b.gate)
-	require.NoError(t, <-done) // older listing cached (forever)
-	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: dh.Handle}))
+	land()                                     // older listing cached (forever)
 
 	_, err = lookUp(fs, fuseops.RootInodeID, "f")
 	require.Error(t, err, "lookups keep saying gone")
