@@ -695,6 +695,11 @@ type fileHandle struct {
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
 	fs.mu.Lock()
 	in, ok := fs.inodes[op.Inode]
+	var own bucket.Object
+	var seen uint64
+	if ok {
+		own, seen = in.obj, in.seen
+	}
 	fs.mu.Unlock()
 	if !ok {
 		return syscall.ESTALE
@@ -702,9 +707,6 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	if in.dir {
 		return syscall.EISDIR
 	}
-	fs.mu.Lock()
-	own, seen := in.obj, in.seen
-	fs.mu.Unlock()
 	obj := own
 	// A versioned inode opens its own version, unless ferry knows of a
 	// newer one. With --metadata-ttl 0 there is nothing to know: the
