@@ -203,6 +203,26 @@ func (f *Fetcher) Open(obj bucket.Object) *Handle {
 	return h
 }
 
+// OpenAhead opens a handle of obj, like Open, and starts its readahead
+// as a sequential read from offset 0 would, before anything is read: for
+// an object expected to be read next, whose first round trip and first
+// window then overlap the end of the one being read now. Like all
+// readahead it takes only free memory. Reads through this handle, or
+// through any other of the same version, use what it fetched; Close
+// cancels what is still in flight and frees it. Objects fetched whole by
+// their first read (small and medium ones) are not read ahead.
+func (f *Fetcher) OpenAhead(obj bucket.Object) *Handle {
+	h := f.Open(obj)
+	if h.whole.Load() || h.medium {
+		return h
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, _, _ := h.det.observe(0, 0)
+	h.prefetch(s, 0)
+	return h
+}
+
 // Close cancels all fetches, waits for them and frees all memory. Reads
 // after Close fail with ErrClosed.
 func (f *Fetcher) Close() {

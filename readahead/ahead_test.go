@@ -1,0 +1,174 @@
+package readahead
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+// OpenAhead fetches the head of the object before any read, and a reader
+// that opens the object afterwards gets those bytes without fetching
+// them again.
+func TestOpenAheadFetchesTheHeadOnce(t *testing.T) {
+	for _, withCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no cache", true: "cache"}[withCache], func(t *testing.T) {
+			b := newFakeBucket()
+			cfg := Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB}
+			if withCache {
+				cfg.Cache = newMemCache(64 * KiB)
+			}
+			f := newTestFetcher(t, cfg)
+			obj := b.put("next", 32*MiB+5)
+			ahead := f.OpenAhead(obj)
+			require.Eventually(t, func() bool { return f.Stats().BytesFetched >= 8*MiB }, 10*time.Second, time.Millisecond,
+				"the first window arrives without a read")
+			st := f.Stats()
+			assert.Zero(t, st.DemandRequests)
+			assert.LessOrEqual(t, st.BytesFetched, int64(8*MiB), "one window before the reader comes")
+
+			// The same handle, taken over by the reader (as fs does).
+			sequential(t, b, ahead, 128*KiB)
+			ahead.Close()
+			st = f.Stats()
+			assert.Equal(t, int64(obj.Size), st.BytesFetched, "every byte fetched once")
+			assert.Zero(t, st.SpeculativeDropped)
+		})
+	}
+}
+
+// With the default tuning and a cache, a file opened ahead but never read
+// costs one window (StartWindow), not the two a stream reaches with a
+// cache once its reader is there.
+func TestOpenAheadFetchesOneWindow(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(DefaultBlockSize), MemoryLimit: DefaultMemoryLimit})
+	h := f.OpenAhead(b.put("next", 1<<30))
+	require.Eventually(t, func() bool { return f.Stats().BytesFetched >= DefaultStartWindow }, 10*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // completions may issue more: they must not
+	assert.Equal(t, int64(DefaultStartWindow), f.Stats().BytesFetched)
+	h.Close()
+}
+
+// Another handle of the same version finds what OpenAhead fetched.
+func TestOpenAheadSharedWithAnotherHandle(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 4 * MiB, MaxWindow: 4 * MiB})
+	obj := b.put("next", 16*MiB)
+	ahead := f.OpenAhead(obj)
+	require.Eventually(t, func() bool { return f.Stats().BytesFetched >= 4*MiB }, 10*time.Second, time.Millisecond)
+	h := f.Open(obj)
+	sequential(t, b, h, 128*KiB)
+	h.Close()
+	ahead.Close()
+	st := f.Stats()
+	assert.Equal(t, int64(obj.Size), st.BytesFetched, "the head was not fetched again")
+	assert.Greater(t, st.PrefetchHitBytes, int64(4*MiB))
+}
+
+// Closing a handle opened ahead that nobody read cancels its readahead and
+// returns its memory.
+func TestOpenAheadClosedUnread(t *testing.T) {
+	b := newFakeBucket()
+	started := make(chan struct{}, 100)
+	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB})
+	h := f.OpenAhead(b.put("next", 64*MiB))
+	<-started
+	assert.Positive(t, f.Stats().BudgetInUse, "readahead is accounted")
+	h.Close()
+	assert.Zero(t, f.Stats().BudgetInUse)
+}
+
+// Small and medium objects are fetched whole by their first read:
+// OpenAhead does nothing for them.
+func TestOpenAheadSkipsObjectsFetchedWhole(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB})
+	for _, size := range []int64{100 * KiB, 3 * MiB} {
+		h := f.OpenAhead(b.put(fmt.Sprint("o", size), size))
+		h.Close()
+	}
+	assert.Zero(t, f.Stats().Requests)
+}
+
+// NotifyAtEnd fires once when a sequential stream's readahead reaches the
+// end of the object, and never for random reads.
+func TestNotifyAtEnd(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 4 * MiB, MaxWindow: 4 * MiB})
+	obj := b.put("seq", 16*MiB)
+
+	var calls atomic.Int32
+	h := f.Open(obj)
+	h.NotifyAtEnd(func() { calls.Add(1) })
+	for off := int64(0); off < int64(obj.Size); off += 256 * KiB {
+		readCheck(t, b, h, off, 256*KiB)
+	}
+	h.Close()
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	assert.Equal(t, int32(1), calls.Load(), "once")
+
+	// Random reads: no stream, no notice.
+	calls.Store(0)
+	h = f.Open(obj)
+	h.NotifyAtEnd(func() { calls.Add(1) })
+	for _, off := range []int64{9 * MiB, 2 * MiB, 15 * MiB, 5 * MiB, 12 * MiB, 0 + 512*KiB, 16*MiB - 64*KiB} {
+		readCheck(t, b, h, off, 64*KiB)
+	}
+	h.Close()
+	time.Sleep(10 * time.Millisecond)
+	assert.Zero(t, calls.Load())
+}
+
+// NotifyAtEnd waits until the stream drains: while the parts at the end of
+// the object are still in flight (more than a quarter of the window), the
+// link is busy with them, and the next object would only slow them.
+func TestNotifyAtEndWaitsForTheDrain(t *testing.T) {
+	b := newFakeBucket()
+	held := make(chan struct{})
+	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
+		if req.Range.Start >= uint64(14*MiB) {
+			select {
+			case <-held:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 4 * MiB, MaxWindow: 4 * MiB})
+	obj := b.put("seq", 16*MiB)
+	var calls atomic.Int32
+	h := f.Open(obj)
+	defer h.Close()
+	h.NotifyAtEnd(func() { calls.Add(1) })
+	for off := int64(0); off < 14*MiB; off += 256 * KiB {
+		readCheck(t, b, h, off, 256*KiB)
+	}
+	h.mu.Lock()
+	s := h.det.streams[0]
+	frontier, inflight, window := s.frontier, s.inflight, s.window
+	h.mu.Unlock()
+	require.Equal(t, int64(obj.Size), frontier, "readahead was issued to the end")
+	require.Greater(t, inflight, window/4, "the last parts are held")
+	time.Sleep(10 * time.Millisecond)
+	assert.Zero(t, calls.Load(), "not while the end is in flight")
+
+	close(held)
+	for off := int64(14 * MiB); off < int64(obj.Size); off += 256 * KiB {
+		readCheck(t, b, h, off, 256*KiB)
+	}
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+}
