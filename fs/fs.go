@@ -52,6 +52,10 @@ type Config struct {
 	// Open returns the reader for one open file handle of obj, pinned to
 	// obj.Version.
 	Open func(obj bucket.Object) ContentReader
+	// OpenAhead, when set, opens the reader of a file expected to be read
+	// next and starts its readahead at once (ahead.go); nil turns reading
+	// ahead across files off.
+	OpenAhead func(obj bucket.Object) ContentReader
 	// MetadataTTL applies to positive entries, listings and the kernel's
 	// entry and attribute timeouts; NegativeTTL to "no such name" entries.
 	// -1 caches forever, 0 disables caching.
@@ -108,6 +112,7 @@ type fileSystem struct {
 	// Mutable state with its own synchronisation
 	cache        *metaCache
 	prefetch     *dirPrefetcher
+	ahead        *aheader
 	resolves     singleflight.Group // one fetch per name at a time
 	hidden       atomic.Uint64      // names hidden because they cannot be POSIX names
 	hiddenLogged atomic.Bool
@@ -213,6 +218,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		nextHandle:  1,
 	}
 	fs.prefetch = newDirPrefetcher(fs)
+	fs.ahead = newAheader(fs, cfg.OpenAhead)
 	// The kernel holds one implicit reference to the root.
 	root := &inode{id: fuseops.RootInodeID, path: "", dir: true, lookups: 1}
 	fs.inodes[root.id] = root
@@ -231,7 +237,15 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 			Name: "ferry_fs_stale_metadata_total",
 			Help: "Names answered from expired metadata because the store could not be reached.",
 		}, func() float64 { return float64(fs.staleServed.Load()) })
-		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale} {
+		ahead := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_files_read_ahead_total",
+			Help: "Files opened ahead because the files before them in their directory were read in listing order.",
+		}, func() float64 { return float64(fs.ahead.started.Load()) })
+		aheadTaken := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_files_read_ahead_taken_total",
+			Help: "Files opened ahead whose handle an open then took over.",
+		}, func() float64 { return float64(fs.ahead.taken.Load()) })
+		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -736,7 +750,12 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 			return syscall.ESTALE
 		}
 	}
-	h := &fileHandle{obj: obj, reader: fs.open(obj)}
+	r := fs.ahead.open(in.path, obj)
+	if r == nil {
+		r = fs.open(obj)
+	}
+	fs.ahead.watch(in.path, r)
+	h := &fileHandle{obj: obj, reader: r}
 
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -797,6 +816,7 @@ func (fs *fileSystem) SyncFS(ctx context.Context, op *fuseops.SyncFSOp) error { 
 // Destroy runs once the connection ends: release whatever the kernel did
 // not.
 func (fs *fileSystem) Destroy() {
+	fs.ahead.stop()
 	fs.prefetch.stop()
 	fs.mu.Lock()
 	files := fs.files

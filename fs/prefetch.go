@@ -39,6 +39,7 @@ type dirPrefetcher struct {
 	mu       sync.Mutex
 	misses   map[string]int  // GUARDED_BY(mu); lookup misses per directory
 	inflight map[string]bool // GUARDED_BY(mu)
+	stopped  bool            // GUARDED_BY(mu); no listing starts after stop
 	wg       sync.WaitGroup
 }
 
@@ -66,19 +67,37 @@ func (p *dirPrefetcher) miss(dir string) {
 		clear(p.misses)
 	}
 	p.misses[dir]++
-	start := p.misses[dir] >= prefetchAfterMisses && !p.inflight[dir]
-	if start && !p.sem.TryAcquire(1) {
-		start = false // busy: drop, a later miss tries again
-	}
-	if start {
-		p.inflight[dir] = true
-		delete(p.misses, dir)
-		p.wg.Add(1)
-	}
+	start := p.misses[dir] >= prefetchAfterMisses && p.startLocked(dir)
 	p.mu.Unlock()
 	if start {
 		go p.list(dir)
 	}
+}
+
+// want starts a listing of dir now, for a caller that needs one (reading
+// ahead across files), unless one is in flight or the budget is busy.
+func (p *dirPrefetcher) want(dir string) {
+	if !p.enabled {
+		return
+	}
+	p.mu.Lock()
+	start := p.startLocked(dir)
+	p.mu.Unlock()
+	if start {
+		go p.list(dir)
+	}
+}
+
+// startLocked reports whether a listing of dir may start now, and if so
+// books it; the caller then runs p.list(dir). LOCKS_REQUIRED(p.mu)
+func (p *dirPrefetcher) startLocked(dir string) bool {
+	if p.stopped || p.inflight[dir] || !p.sem.TryAcquire(1) {
+		return false // in flight, or busy: dropped, a later call tries again
+	}
+	p.inflight[dir] = true
+	delete(p.misses, dir)
+	p.wg.Add(1)
+	return true
 }
 
 // list reads every page of dir; the last page puts the complete listing in
@@ -104,6 +123,9 @@ func (p *dirPrefetcher) list(dir string) {
 
 // stop cancels listings in flight and waits for them.
 func (p *dirPrefetcher) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
 	p.cancel()
 	p.wg.Wait()
 }
