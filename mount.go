@@ -297,9 +297,14 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		return err
 	}
 	defer ctl.Close()
+	var openAhead func(obj bucket.Object) fs.ContentReader
+	if cfg.ReadAheadFiles {
+		openAhead = func(obj bucket.Object) fs.ContentReader { return fetcher.OpenAhead(obj) }
+	}
 	mfs, err := fs.Mount(serveCtx, cfg.MountPoint, fs.Config{
 		Bucket:      b,
 		Open:        func(obj bucket.Object) fs.ContentReader { return fetcher.Open(obj) },
+		OpenAhead:   openAhead,
 		MetadataTTL: cfg.MetadataTTL,
 		NegativeTTL: cfg.NegativeTTL,
 		Uid:         cfg.Uid,

@@ -257,3 +257,29 @@ func TestMemoryLimitHolds(t *testing.T) {
 	assert.LessOrEqual(t, peak, float64(limit))
 	assert.LessOrEqual(t, hwm, int64(limit+96<<20))
 }
+
+// TestReadAheadAcrossFiles: a directory listed, then its files read whole
+// in listing order (a training loader's first epoch). Each next file is
+// opened ahead and taken over by the reader's open, every byte is right,
+// and nothing is fetched twice or for nobody.
+func TestReadAheadAcrossFiles(t *testing.T) {
+	s := newStore(t, "gcs")
+	const size = 24<<20 + 4321
+	objs := dataset(t, s, "shards", 4, size)
+	m := mount(t, s, "--cache-dir", t.TempDir(), "--metrics-addr", freeAddr(t))
+	ents, err := os.ReadDir(filepath.Join(m.dir, "shards"))
+	require.NoError(t, err)
+	require.Len(t, ents, 4)
+	served := s.bytesServed()
+	for _, e := range ents {
+		name := "shards/" + e.Name()
+		requireSameFile(t, filepath.Join(m.dir, name), objs[name])
+	}
+	taken := m.metric(t, "ferry_fs_files_read_ahead_taken_total", nil)
+	started := m.metric(t, "ferry_fs_files_read_ahead_total", nil)
+	assert.GreaterOrEqual(t, taken, 1.0, "no file was read ahead of its reader")
+	// One may lose the race with the reader's own open, and then waits
+	// for nobody (its parts are the reader's too: no byte twice).
+	assert.LessOrEqual(t, started, taken+1)
+	assert.LessOrEqual(t, s.bytesServed()-served, int64(4*size+(256<<10)), "bytes fetched twice")
+}

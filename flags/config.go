@@ -63,7 +63,10 @@ type Config struct {
 
 	// Memory and kernel.
 	MemoryLimit int64
-	ReadAheadKB int
+	// ReadAheadFiles: start the next file of a directory read in listing
+	// order before its reader opens it (fs/ahead.go).
+	ReadAheadFiles bool
+	ReadAheadKB    int
 	// MaxBackground is the kernel's limit on async FUSE requests (0 keeps
 	// the kernel's default).
 	MaxBackground int

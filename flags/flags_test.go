@@ -94,6 +94,7 @@ func TestDefaults(t *testing.T) {
 		CacheMinFree:   5 << 30,
 		CacheBlockSize: 64 << 10,
 		MemoryLimit:    512 << 20,
+		ReadAheadFiles: true,
 		ReadAheadKB:    1024,
 		MaxBackground:  64,
 		LogFormat:      "text",
@@ -106,7 +107,7 @@ func TestAllOptions(t *testing.T) {
 	require.NoError(t, os.WriteFile(key, []byte("{}"), 0o600))
 	cfg, err := parse(t,
 		"--foreground", "--allow-other", "--ro", "--kernel-option=nodev", "--kernel-option", "noexec,nosuid",
-		"--read-ahead-kb=0", "--max-background=256", "--endpoint=http://localhost:4443", "--anonymous",
+		"--read-ahead-kb=0", "--read-ahead-files=false", "--max-background=256", "--endpoint=http://localhost:4443", "--anonymous",
 		"--key-file="+key, "--billing-project=proj", "--max-connections=64", "--memory-limit=2GiB",
 		"--store-timeout=5s", "--retry-max-time=90", "--nonempty",
 		"--metadata-ttl=-1", "--negative-ttl=0", "--uid=1000", "--gid=1001", "--file-mode=640", "--dir-mode=0o750",

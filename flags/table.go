@@ -123,6 +123,9 @@ var Options = []Option{
 			c.MemoryLimit = n
 			return nil
 		}},
+	{Name: "read-ahead-files", Fstab: "read_ahead_files", Kind: Bool, Default: "true", Category: catPerf,
+		Usage: "when the files of a directory are read whole in listing order, fetch the first window of the next one (at most 64MiB) while the current one finishes; a file nobody opens within 30s is dropped; =false turns it off",
+		set:   func(c *Config, s string) error { c.ReadAheadFiles = s == "true"; return nil }},
 
 	// Metadata.
 	{Name: "metadata-ttl", Fstab: "metadata_ttl", Kind: Duration, Default: "60s", Category: catMeta,
