@@ -172,3 +172,35 @@ func TestNotifyAtEndWaitsForTheDrain(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return calls.Load() == 1 }, 5*time.Second, time.Millisecond)
 }
+
+// Without a cache, what files opened ahead hold is not theirs to keep
+// until their readers come: other streams' readahead may take it, as it
+// takes parts the cache also holds.
+func TestOpenAheadMemoryGivesWay(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB})
+	a1 := f.OpenAhead(b.put("next1", 32*MiB))
+	a2 := f.OpenAhead(b.put("next2", 32*MiB))
+	defer a1.Close()
+	defer a2.Close()
+	require.Eventually(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.resident.Len() >= 16 && f.Stats().BudgetInUse >= 16*MiB
+	}, 10*time.Second, time.Millisecond, "both first windows arrived and are kept")
+	assert.Equal(t, int64(16*MiB), f.Stats().AheadBytes)
+
+	h := f.Open(b.put("current", 32*MiB))
+	sequential(t, b, h, 256*KiB)
+	h.Close()
+	st := f.Stats()
+	assert.Greater(t, st.PrefetchHitBytes, int64(24*MiB), "the reader's readahead ran: %+v", st)
+	// Its own window may fill the budget now and then; without taking
+	// the unread handles' memory, 125 parts were dropped.
+	assert.Less(t, st.SpeculativeDropped, int64(5), "readahead took the unread handles' memory")
+
+	// Once read, a handle's parts are its reader's: a1's reader reads
+	// what is left of its window.
+	readCheck(t, b, a1, 0, 256*KiB)
+	assert.False(t, a1.unread.Load())
+}

@@ -218,6 +218,7 @@ func (f *Fetcher) OpenAhead(obj bucket.Object) *Handle {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.unread.Store(true)
 	s, _, _ := h.det.observe(0, 0)
 	h.prefetch(s, 0)
 	return h
@@ -504,12 +505,12 @@ func (f *Fetcher) reclaimOne() bool {
 }
 
 // reclaimCacheBlockLocked drops the least recently used kept part whose
-// bytes are also in the cache and that nobody is reading.
-// LOCKS_REQUIRED(f.mu)
+// bytes are also in the cache, or that belongs to a handle opened ahead
+// and not read yet, and that nobody is reading. LOCKS_REQUIRED(f.mu)
 func (f *Fetcher) reclaimCacheBlockLocked() bool {
 	for e := f.resident.Front(); e != nil; e = e.Next() {
 		p := e.Value.(*part)
-		if (p.fromCache || p.stored) && p.refs == 1 {
+		if (p.fromCache || p.stored || p.owner.unread.Load()) && p.refs == 1 {
 			f.dropLocked(p)
 			return true
 		}

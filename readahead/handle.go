@@ -33,6 +33,12 @@ type Handle struct {
 	wg     sync.WaitGroup // this handle's fetches (Add under Fetcher.mu while !released)
 
 	closed atomic.Bool // set under mu
+	// unread: opened ahead (Fetcher.OpenAhead) and not read yet. Its
+	// kept parts are reclaimable by any readahead, as parts the cache
+	// also holds are: its reader may never come, and until it does they
+	// must not starve streams that are being read. Cleared by the first
+	// read.
+	unread atomic.Bool
 	// released: Close is waiting for wg; fetches started from now on (by
 	// reads racing with Close) are not waited for.
 	released bool // GUARDED_BY(Fetcher.mu)
@@ -133,6 +139,7 @@ func (h *Handle) observe(off, n int64) (sequential bool, err error) {
 	}
 	if !h.read {
 		h.read = true
+		h.unread.Store(false)
 		// A file read from its start is usually read whole: for an object
 		// of a few MiB one request beats a ramping readahead window.
 		if h.medium && off == 0 {
@@ -292,6 +299,11 @@ func (h *Handle) issue(s *stream, from, to int64) bool {
 	for !f.budget.TryAcquire(cost) {
 		if !f.reclaimCacheBlockLocked() {
 			return false
+		}
+	}
+	if h.unread.Load() {
+		for _, r := range runs {
+			f.stats.aheadBytes.Add(min(r[1]*f.bs, int64(h.obj.Size)) - r[0]*f.bs)
 		}
 	}
 	for _, r := range runs {

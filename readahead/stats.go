@@ -22,6 +22,9 @@ type Stats struct {
 	// disk cache, PrefetchHitBytes from readahead (the rest from the
 	// read's own fetches).
 	BytesRead, CacheHitBytes, PrefetchHitBytes int64
+	// AheadBytes: bytes readahead asked the bucket for on handles opened
+	// ahead (Fetcher.OpenAhead), before their reader came.
+	AheadBytes int64
 	// BudgetInUse is the memory accounted now, BudgetPeak its maximum,
 	// BudgetLimit the limit.
 	BudgetInUse, BudgetPeak, BudgetLimit int64
@@ -31,6 +34,7 @@ type counters struct {
 	bytesFetched, requests, demandRequests, specRequests atomic.Int64
 	specDropped, specFailed, evicted                     atomic.Int64
 	bytesRead, cacheHitBytes, prefetchHitBytes           atomic.Int64
+	aheadBytes                                           atomic.Int64
 }
 
 // Stats returns the current counters.
@@ -47,6 +51,7 @@ func (f *Fetcher) Stats() Stats {
 		BytesRead:           f.stats.bytesRead.Load(),
 		CacheHitBytes:       f.stats.cacheHitBytes.Load(),
 		PrefetchHitBytes:    f.stats.prefetchHitBytes.Load(),
+		AheadBytes:          f.stats.aheadBytes.Load(),
 		BudgetInUse:         used,
 		BudgetPeak:          peak,
 		BudgetLimit:         f.budget.limit,
@@ -87,6 +92,8 @@ func (f *Fetcher) register(reg prometheus.Registerer) error {
 			"Ranged reads started.", &f.stats.requests),
 		counter("ferry_readahead_speculative_requests_total",
 			"Ranged reads started by readahead rather than by a read waiting for them.", &f.stats.specRequests),
+		counter("ferry_readahead_ahead_bytes_total",
+			"Bytes readahead asked for on handles opened ahead (OpenAhead), before their reader came.", &f.stats.aheadBytes),
 		counter("ferry_readahead_read_bytes_total",
 			"Bytes returned to readers; fetched bytes over these are the read amplification.", &f.stats.bytesRead),
 		f.windowHist,
