@@ -259,27 +259,29 @@ func TestMemoryLimitHolds(t *testing.T) {
 }
 
 // TestReadAheadAcrossFiles: a directory listed, then its files read whole
-// in listing order (a training loader's first epoch). Each next file is
-// opened ahead and taken over by the reader's open, every byte is right,
-// and nothing is fetched twice or for nobody.
+// in listing order (a training loader's first epoch), stopping one file
+// short. Files are opened ahead of their readers and taken over by the
+// readers' opens, every byte is right, nothing is fetched twice, and what
+// the reader never asked for is at most the last file's first window.
 func TestReadAheadAcrossFiles(t *testing.T) {
 	s := newStore(t, "gcs")
 	const size = 24<<20 + 4321
-	objs := dataset(t, s, "shards", 4, size)
+	objs := dataset(t, s, "shards", 5, size)
 	m := mount(t, s, "--cache-dir", t.TempDir(), "--metrics-addr", freeAddr(t))
 	ents, err := os.ReadDir(filepath.Join(m.dir, "shards"))
 	require.NoError(t, err)
-	require.Len(t, ents, 4)
+	require.Len(t, ents, 5)
 	served := s.bytesServed()
-	for _, e := range ents {
+	for _, e := range ents[:4] {
 		name := "shards/" + e.Name()
 		requireSameFile(t, filepath.Join(m.dir, name), objs[name])
 	}
 	taken := m.metric(t, "ferry_fs_files_read_ahead_taken_total", nil)
 	started := m.metric(t, "ferry_fs_files_read_ahead_total", nil)
 	assert.GreaterOrEqual(t, taken, 1.0, "no file was read ahead of its reader")
-	// One may lose the race with the reader's own open, and then waits
-	// for nobody (its parts are the reader's too: no byte twice).
+	assert.Positive(t, m.metric(t, "ferry_readahead_ahead_bytes_total", nil), "nothing fetched before a reader came")
+	// The 5th may have been opened ahead; nobody takes it.
 	assert.LessOrEqual(t, started, taken+1)
-	assert.LessOrEqual(t, s.bytesServed()-served, int64(4*size+(256<<10)), "bytes fetched twice")
+	window := int64(size / 4) // a 24 MiB file's first window
+	assert.LessOrEqual(t, s.bytesServed()-served, int64(4*size)+window+256<<10, "bytes fetched twice, or more than one window for nobody")
 }

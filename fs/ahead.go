@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,20 +15,23 @@ import (
 // away. Measured on the emulated link (30 ms, 477 MiB/s), the link idled
 // 70-90 ms at each boundary of a 256 MiB file read by one reader.
 //
-// So when a file's sequential readahead reaches its end, and that file and
-// the one opened before it in the same directory are neighbours in the
-// directory's listing (or it is the directory's first file and the first
-// opened there), the file after it is opened ahead: its first
+// So when a file's sequential readahead drains at its end, and that file
+// and the two opened before it in the same directory are consecutive in
+// the directory's listing (the second file counts if the first was the
+// first opened there), the file after it is opened ahead: its first
 // window is fetched while the reader finishes the current one, and the
 // reader's open of that file takes over the handle. A reader in shuffled
-// order almost never opens two neighbours in a row, and random reads
-// never reach the end of a file's readahead, so neither triggers it.
+// order rarely opens three neighbours in a row, and random reads never
+// reach the end of a file's readahead, so neither triggers it.
 //
 // Best effort throughout: it needs a fresh listing of the directory (if
 // there is none, the first file read to its end starts one in the
 // background, like lookup misses do, see prefetch.go), the next file must be
 // large enough to be read ahead at all, the readahead takes only free
-// memory, and a file opened ahead but not opened by anyone within
+// memory (and gives it back to other readahead until its reader comes),
+// at most aheadMax files wait for their readers (a new one is dropped,
+// not an older one: readers of several directories in turn come back in
+// that order), and a file opened ahead but not opened by anyone within
 // aheadUnused is closed again.
 const (
 	// aheadMinSize: smaller files are fetched whole by their first read,
@@ -52,9 +54,10 @@ type aheadReader interface {
 	NotifyAtEnd(fn func())
 }
 
-// lastOpens is what a directory's latest file opens were.
+// lastOpens is what a directory's latest opens of distinct files were:
+// names, the most recent last ("" for none).
 type lastOpens struct {
-	prev, cur string // names
+	before, prev, cur string
 }
 
 type aheadFile struct {
@@ -100,7 +103,9 @@ func (a *aheader) open(path string, obj bucket.Object) ContentReader {
 	if len(a.opens) >= dirsTracked {
 		clear(a.opens)
 	}
-	a.opens[dir] = lastOpens{prev: a.opens[dir].cur, cur: name}
+	if last := a.opens[dir]; last.cur != name { // a second open of one file is no step
+		a.opens[dir] = lastOpens{before: last.prev, prev: last.cur, cur: name}
+	}
 	for i, p := range a.pending {
 		if p.path != path {
 			continue
@@ -128,10 +133,9 @@ func (a *aheader) watch(path string, r ContentReader) {
 	}
 }
 
-// atEnd is called when the readahead of file path has reached its end:
-// if path and the file opened before it in its directory are neighbours
-// in the listing (or path is the first file, opened first), the file
-// after path is opened ahead.
+// atEnd is called when the readahead of file path has drained at its
+// end: if path and the two files opened before it in its directory are
+// consecutive in the listing, the file after path is opened ahead.
 func (a *aheader) atEnd(path string) {
 	dir, name := splitPath(path)
 	a.mu.Lock()
@@ -142,57 +146,72 @@ func (a *aheader) atEnd(path string) {
 	}
 	entries, ok := a.fs.cache.listing(dir)
 	if !ok {
-		// A large file read to its end (the loader's file list came from
-		// elsewhere): list the directory, for the next file boundary.
-		a.fs.prefetch.want(dir)
+		// The loader's file list came from elsewhere. If the names opened
+		// so far go up, list the directory, for the next file boundary.
+		if last.prev < name {
+			a.fs.prefetch.want(dir)
+		}
 		return
 	}
-	next, ok := nextFile(entries, last.prev, name)
+	next, ok := nextFile(entries, last)
 	if !ok || next.obj.Size < aheadMinSize {
 		return
 	}
 	nextPath := childPath(dir, next.name)
+	admit := func() bool {
+		if a.closed || a.opens[dir].cur != name || len(a.pending) >= aheadMax {
+			// Closed, the reader has moved on (it may have opened the
+			// next file already), or enough files wait.
+			return false
+		}
+		for _, p := range a.pending {
+			if p.path == nextPath {
+				return false
+			}
+		}
+		return true
+	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
+	ok = admit()
+	a.mu.Unlock()
+	if !ok {
 		return
 	}
-	for _, p := range a.pending {
-		if p.path == nextPath {
-			return
-		}
-	}
-	if len(a.pending) >= aheadMax {
-		oldest := a.pending[0]
-		a.pending = a.pending[1:]
-		oldest.timer.Stop()
-		go oldest.r.Close()
-	}
+	// Opened outside the lock: every open waits for it.
 	p := &aheadFile{path: nextPath, obj: next.obj, r: a.openAhead(next.obj)}
+	a.mu.Lock()
+	if !admit() {
+		a.mu.Unlock()
+		p.r.Close()
+		return
+	}
 	p.timer = time.AfterFunc(a.wait, func() { a.expire(p) })
 	a.pending = append(a.pending, p)
 	a.started.Add(1)
+	a.mu.Unlock()
 }
 
-// nextFile returns the file after name in entries (a listing, sorted by
-// name) if prev is the file before it, or if prev is "" (nothing opened
-// before) and name is the first file; directories do not count.
-func nextFile(entries []dirEntry, prev, name string) (dirEntry, bool) {
-	at := sort.Search(len(entries), func(i int) bool { return entries[i].name >= name })
-	if at == len(entries) || entries[at].name != name || entries[at].kind != kindFile {
-		return dirEntry{}, false
-	}
-	before := at - 1
-	for before >= 0 && entries[before].kind != kindFile {
-		before--
-	}
-	if before >= 0 && entries[before].name != prev || before < 0 && prev != "" {
-		return dirEntry{}, false
-	}
-	for i := at + 1; i < len(entries); i++ {
-		if entries[i].kind == kindFile {
-			return entries[i], true
+// nextFile returns the file after last.cur in entries (a listing) if
+// last.before, last.prev and last.cur are the files before it, in order;
+// before may be "" if prev is the first file. Directories do not count
+// (and may sit out of order between a listing's pages, files never do).
+func nextFile(entries []dirEntry, last lastOpens) (dirEntry, bool) {
+	var p2, p1 string // the two files before entries[i] in the listing
+	found := false
+	for _, e := range entries {
+		if e.kind != kindFile {
+			continue
 		}
+		if found {
+			return e, true
+		}
+		if e.name == last.cur {
+			if p1 == "" || p1 != last.prev || p2 != last.before {
+				return dirEntry{}, false
+			}
+			found = true
+		}
+		p2, p1 = p1, e.name
 	}
 	return dirEntry{}, false
 }

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -112,53 +113,69 @@ func (x *aheadFixture) openedAhead() []string {
 }
 
 func TestReadAheadAcrossFiles(t *testing.T) {
-	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3", "d/4", "d/sub/x")
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3", "d/4", "d/5", "d/sub/x")
 	x.list()
 
 	r0 := x.open("0")
 	r0.end()
-	require.Equal(t, []string{"d/1"}, x.openedAhead(), "the first file, opened first: 1 is opened ahead")
-	r0.end()
-	assert.Len(t, x.openedAhead(), 1, "once")
+	assert.Empty(t, x.openedAhead(), "one file read is no order yet")
 	r1 := x.open("1")
-	assert.True(t, r1.ahead, "the open takes over the reader opened ahead")
-	assert.False(t, r1.isClosed())
 	r1.end()
-	require.Equal(t, []string{"d/1", "d/2"}, x.openedAhead(), "0 then 1: 2 is opened ahead")
+	require.Equal(t, []string{"d/2"}, x.openedAhead(), "the first two files, opened first: 2 is opened ahead")
+	r1.end()
+	assert.Len(t, x.openedAhead(), 1, "once")
 
 	r2 := x.open("2")
-	assert.True(t, r2.ahead)
+	assert.True(t, r2.ahead, "the open takes over the reader opened ahead")
+	assert.False(t, r2.isClosed())
 	r2.end()
-	assert.Equal(t, []string{"d/1", "d/2", "d/3"}, x.openedAhead(), "and so on")
+	assert.Equal(t, []string{"d/2", "d/3"}, x.openedAhead(), "0, 1, 2: 3 is opened ahead")
+	r3 := x.open("3")
+	assert.True(t, r3.ahead)
+	r3.end()
+	assert.Equal(t, []string{"d/2", "d/3", "d/4"}, x.openedAhead(), "and so on")
 	assert.Equal(t, uint64(3), x.fs.ahead.started.Load())
 	assert.Equal(t, uint64(2), x.fs.ahead.taken.Load())
 
-	// Out of order: 1 after 2 (3 was opened ahead, not taken yet).
+	// Out of order: 1 after 3 (4 was opened ahead, not taken yet).
 	r1 = x.open("1")
 	assert.False(t, r1.ahead)
 	r1.end()
-	assert.Len(t, x.openedAhead(), 3, "2 then 1 are not neighbours")
+	assert.Len(t, x.openedAhead(), 3, "3 then 1 are not neighbours")
+	x.open("2").end()
+	assert.Len(t, x.openedAhead(), 3, "3, 1, 2: one step is not enough")
 
-	// A reader of 1 whose readahead ends after another file was opened:
-	// the directory's last open is not 1 any more.
-	x.open("0")
-	r1 = x.open("1")
+	// A reader of 3 whose readahead ends after another file was opened:
+	// the directory's last open is not 3 any more.
+	r3 = x.open("3")
 	x.open("small")
-	r1.end()
+	r3.end()
 	assert.Len(t, x.openedAhead(), 3)
 }
 
-// The first file opened in a directory but not its first file says
-// nothing about order.
-func TestReadAheadAcrossFilesFirstOpenInTheMiddle(t *testing.T) {
-	x := newAheadFixture(t, "d/0", "d/1", "d/2")
+// Reading a file twice in a row (a probe, then the read) is one step.
+func TestReadAheadAcrossFilesTwoOpensPerFile(t *testing.T) {
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
 	x.list()
-	x.open("1").end()
+	for _, n := range []string{"0", "1"} {
+		x.open(n)
+		x.open(n).end()
+	}
+	assert.Equal(t, []string{"d/2"}, x.openedAhead())
+}
+
+// The first files opened in a directory but not its first files say
+// nothing about order.
+func TestReadAheadAcrossFilesFirstOpensInTheMiddle(t *testing.T) {
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
+	x.list()
+	x.open("1")
+	x.open("2").end()
 	assert.Empty(t, x.openedAhead())
 }
 
 func TestReadAheadAcrossFilesNeedsTheListing(t *testing.T) {
-	x := newAheadFixture(t, "d/0", "d/1", "d/2")
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
 	x.fs.prefetch.enabled = true
 	x.open("0").end()
 	assert.Empty(t, x.openedAhead(), "without a listing nothing is known to come next")
@@ -167,15 +184,12 @@ func TestReadAheadAcrossFilesNeedsTheListing(t *testing.T) {
 	x.open("1").end()
 	assert.Equal(t, []string{"d/2"}, x.openedAhead(), "from the next boundary on")
 	x.open("2")
-	x.fs.prefetch.enabled = false
 	x.fs.cache.invalidate("d")
 	x.open("1").end()
-	assert.Len(t, x.openedAhead(), 1, "no listing, none started (prefetch off)")
-	x.list()
-	x.open("2").end()
-	assert.Len(t, x.openedAhead(), 1, "the file after 2 is small")
-	x.open("1").end()
-	assert.Len(t, x.openedAhead(), 1, "2 then 1 is backwards")
+	x.fs.prefetch.stop() // wait for any listing
+	_, ok := x.fs.cache.listing("d")
+	assert.False(t, ok, "2 then 1: names going down start no listing")
+	assert.Len(t, x.openedAhead(), 1)
 }
 
 func TestReadAheadAcrossFilesSkipsSmallFiles(t *testing.T) {
@@ -199,18 +213,75 @@ func TestReadAheadAcrossFilesUnusedIsClosed(t *testing.T) {
 	assert.False(t, x.open("2").ahead, "a later open gets a reader of its own")
 }
 
+// A rewrite of the same size between the open ahead and the reader's open
+// is told apart by its version.
 func TestReadAheadAcrossFilesOtherVersion(t *testing.T) {
 	x := newAheadFixture(t, "d/0", "d/1", "d/2")
 	x.list()
 	x.open("0")
 	x.open("1").end()
 	require.Len(t, x.openedAhead(), 1)
-	x.b.put("d/2", make([]byte, aheadMinSize+1))
+	old := x.aheads[0].obj
+	x.b.put("d/2", make([]byte, aheadMinSize))
 	x.fs.cache.invalidate("d/2")
 	r := x.open("2")
 	assert.False(t, r.ahead, "a new version is not served by the old one's reader")
-	assert.Equal(t, uint64(aheadMinSize+1), r.obj.Size)
+	assert.Equal(t, old.Size, r.obj.Size)
+	assert.NotEqual(t, old.Version, r.obj.Version)
 	require.Eventually(t, x.aheads[0].isClosed, 5*time.Second, time.Millisecond)
+}
+
+// Readers of several directories in turn: when aheadMax files wait, a new
+// one is not opened; the waiting ones are taken, none wasted.
+func TestReadAheadAcrossFilesManyDirectories(t *testing.T) {
+	const dirs, files = 6, 5
+	var names []string
+	for d := range dirs {
+		for f := range files {
+			names = append(names, fmt.Sprintf("d/%d/%d", d, f))
+		}
+	}
+	x := newAheadFixture(t, names...)
+	dir := make([]fuseops.InodeID, dirs)
+	for d := range dirs {
+		e, err := lookUp(x.fs, x.dir, fmt.Sprint(d))
+		require.NoError(t, err)
+		dir[d] = e.Child
+		readDir(t, x.fs, e.Child, 1<<16, false)
+	}
+	for f := range files {
+		for d := range dirs {
+			e, err := lookUp(x.fs, dir[d], fmt.Sprint(f))
+			require.NoError(t, err)
+			op := &fuseops.OpenFileOp{Inode: e.Child}
+			require.NoError(t, x.fs.OpenFile(context.Background(), op))
+			x.fs.mu.Lock()
+			r := x.fs.files[op.Handle].reader.(*endReader)
+			x.fs.mu.Unlock()
+			r.end()
+		}
+	}
+	started, taken := x.fs.ahead.started.Load(), x.fs.ahead.taken.Load()
+	assert.Positive(t, taken)
+	assert.LessOrEqual(t, started-taken, uint64(aheadMax), "only the last round's may wait for nobody")
+}
+
+// An open ahead that loses the race with the reader's own open of that
+// file is not left waiting for nobody.
+func TestReadAheadAcrossFilesLosesRaceWithTheOpen(t *testing.T) {
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
+	x.list()
+	x.open("0")
+	x.open("1")
+	x.fs.cache.mu.Lock() // holds atEnd in its listing lookup
+	done := make(chan struct{})
+	go func() { x.fs.ahead.atEnd("d/1"); close(done) }()
+	time.Sleep(10 * time.Millisecond)
+	assert.Empty(t, x.openedAhead())
+	x.fs.ahead.open("d/2", bucket.Object{Name: "d/2"}) // the reader's open of 2
+	x.fs.cache.mu.Unlock()
+	<-done
+	assert.Empty(t, x.openedAhead(), "the reader moved on to 2 first")
 }
 
 func TestReadAheadAcrossFilesStoppedByDestroy(t *testing.T) {

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -23,6 +24,10 @@ const (
 	prefetchParallel    = 2
 	prefetchMaxEntries  = 200_000
 	prefetchTracked     = 10_000 // directories whose misses are counted at once
+	// prefetchTooLargeFor is how long a directory found too large to
+	// cache is not listed again by prefetch: each try costs
+	// prefetchMaxEntries/1000 requests for nothing.
+	prefetchTooLargeFor = 10 * time.Minute
 )
 
 type dirPrefetcher struct {
@@ -30,29 +35,35 @@ type dirPrefetcher struct {
 	fs *fileSystem
 
 	// Constant data
-	enabled bool
-	sem     *semaphore.Weighted
-	ctx     context.Context // cancelled when the file system is destroyed
-	cancel  context.CancelFunc
+	enabled    bool
+	maxEntries int // prefetchMaxEntries; smaller in tests
+	sem        *semaphore.Weighted
+	ctx        context.Context // cancelled when the file system is destroyed
+	cancel     context.CancelFunc
 
 	// Mutable state
 	mu       sync.Mutex
 	misses   map[string]int  // GUARDED_BY(mu); lookup misses per directory
 	inflight map[string]bool // GUARDED_BY(mu)
 	stopped  bool            // GUARDED_BY(mu); no listing starts after stop
+	// tooLarge: directories with more than prefetchMaxEntries entries,
+	// and when that was found.
+	tooLarge map[string]time.Time // GUARDED_BY(mu)
 	wg       sync.WaitGroup
 }
 
 func newDirPrefetcher(fs *fileSystem) *dirPrefetcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &dirPrefetcher{
-		fs:       fs,
-		enabled:  fs.ttl != 0, // nothing to keep the listing in otherwise
-		sem:      semaphore.NewWeighted(prefetchParallel),
-		ctx:      ctx,
-		cancel:   cancel,
-		misses:   make(map[string]int),
-		inflight: make(map[string]bool),
+		fs:         fs,
+		enabled:    fs.ttl != 0, // nothing to keep the listing in otherwise
+		maxEntries: prefetchMaxEntries,
+		sem:        semaphore.NewWeighted(prefetchParallel),
+		ctx:        ctx,
+		cancel:     cancel,
+		misses:     make(map[string]int),
+		inflight:   make(map[string]bool),
+		tooLarge:   make(map[string]time.Time),
 	}
 }
 
@@ -91,6 +102,9 @@ func (p *dirPrefetcher) want(dir string) {
 // startLocked reports whether a listing of dir may start now, and if so
 // books it; the caller then runs p.list(dir). LOCKS_REQUIRED(p.mu)
 func (p *dirPrefetcher) startLocked(dir string) bool {
+	if at, ok := p.tooLarge[dir]; ok && p.fs.now().Sub(at) < prefetchTooLargeFor {
+		return false
+	}
 	if p.stopped || p.inflight[dir] || !p.sem.TryAcquire(1) {
 		return false // in flight, or busy: dropped, a later call tries again
 	}
@@ -113,11 +127,19 @@ func (p *dirPrefetcher) list(dir string) {
 	h := &dirHandle{path: dir, index: make(map[string]int)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for !h.complete && len(h.entries) <= prefetchMaxEntries {
+	for !h.complete && len(h.entries) <= p.maxEntries {
 		if err := p.fs.fetchPage(p.ctx, h); err != nil {
 			p.fs.log.Debug("directory prefetch failed", "dir", dir, "err", err)
 			return
 		}
+	}
+	if !h.complete {
+		p.mu.Lock()
+		if len(p.tooLarge) >= prefetchTracked {
+			clear(p.tooLarge)
+		}
+		p.tooLarge[dir] = p.fs.now()
+		p.mu.Unlock()
 	}
 }
 

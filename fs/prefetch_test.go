@@ -58,3 +58,40 @@ func TestDirPrefetchOffWithoutTTL(t *testing.T) {
 	fs.prefetch.stop()
 	assert.EqualValues(t, 20, b.requests(), "a Stat and a List per lookup, no listing")
 }
+
+// A directory too large to cache is not listed again at every few misses:
+// each try costs maxEntries/1000 requests for nothing.
+func TestDirPrefetchTooLargeNotRetried(t *testing.T) {
+	b := newTestBucket()
+	for i := range 30 {
+		b.put(fmt.Sprintf("d/f%02d", i), []byte("x"))
+	}
+	clock := newFakeClock()
+	fs := newTestFS(t, b, clock, func(c *Config) { c.ListPageSize = 5 })
+	fs.prefetch.enabled = true
+	fs.prefetch.maxEntries = 10
+	listings := func() int64 { return b.Stats().Lists }
+
+	fs.prefetch.want("d")
+	require.Eventually(t, func() bool {
+		fs.prefetch.mu.Lock()
+		defer fs.prefetch.mu.Unlock()
+		return !fs.prefetch.inflight["d"] && !fs.prefetch.tooLarge["d"].IsZero()
+	}, 10*time.Second, time.Millisecond)
+	_, ok := fs.cache.listing("d")
+	assert.False(t, ok, "too large to cache")
+	n := listings()
+	assert.Positive(t, n)
+
+	fs.prefetch.want("d")
+	for range prefetchAfterMisses {
+		fs.prefetch.miss("d")
+	}
+	fs.prefetch.mu.Lock()
+	assert.False(t, fs.prefetch.inflight["d"], "not listed again")
+	fs.prefetch.mu.Unlock()
+
+	clock.Advance(prefetchTooLargeFor)
+	fs.prefetch.want("d")
+	require.Eventually(t, func() bool { return listings() > n }, 10*time.Second, time.Millisecond, "tried again later")
+}
