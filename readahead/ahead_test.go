@@ -204,3 +204,40 @@ func TestOpenAheadMemoryGivesWay(t *testing.T) {
 	readCheck(t, b, a1, 0, 256*KiB)
 	assert.False(t, a1.unread.Load())
 }
+
+// After other readahead took an unread handle's window, its reader does
+// no worse than a fresh handle: the frontier goes back to the holes, so
+// readahead fetches them, not the reader one read at a time.
+func TestOpenAheadReclaimedWindowIsFetchedAgain(t *testing.T) {
+	cfg := func(b *fakeBucket) Config {
+		return Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB}
+	}
+	slow := func(ctx context.Context, req *bucket.ReadRequest) error { time.Sleep(5 * time.Millisecond); return nil }
+	b0 := newFakeBucket()
+	b0.hook = slow
+	f0 := newTestFetcher(t, cfg(b0))
+	h0 := f0.Open(b0.put("next1", 32*MiB))
+	sequential(t, b0, h0, 256*KiB)
+	h0.Close()
+	fresh := f0.Stats().DemandRequests
+
+	b := newFakeBucket()
+	f := newTestFetcher(t, cfg(b))
+	a1 := f.OpenAhead(b.put("next1", 32*MiB))
+	a2 := f.OpenAhead(b.put("next2", 32*MiB))
+	defer a2.Close()
+	require.Eventually(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.resident.Len() >= 16 && f.Stats().BudgetInUse >= 16*MiB
+	}, 10*time.Second, time.Millisecond)
+	h := f.Open(b.put("current", 32*MiB))
+	sequential(t, b, h, 256*KiB) // takes the unread windows' memory
+	h.Close()
+	before := f.Stats().DemandRequests
+	b.hook = slow
+	sequential(t, b, a1, 256*KiB)
+	a1.Close()
+	// Before the fix: 32 demand requests, one per 1 MiB of the lost window.
+	assert.LessOrEqual(t, f.Stats().DemandRequests-before, fresh+2)
+}

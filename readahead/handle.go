@@ -53,6 +53,10 @@ type Handle struct {
 	atEndDone bool   // GUARDED_BY(mu)
 }
 
+// Unread reports whether h was opened ahead (Fetcher.OpenAhead) and has
+// not been read since.
+func (h *Handle) Unread() bool { return h.unread.Load() }
+
 // NotifyAtEnd sets fn to run once, in its own goroutine, when readahead of
 // a sequential stream of h has been issued up to the end of the object and
 // what it has in flight has dropped to a quarter of its window: from then
@@ -139,7 +143,16 @@ func (h *Handle) observe(off, n int64) (sequential bool, err error) {
 	}
 	if !h.read {
 		h.read = true
-		h.unread.Store(false)
+		if h.unread.Swap(false) {
+			// Opened ahead: other readahead may have reclaimed parts of
+			// its first window meanwhile (or a second handle opened ahead
+			// of the object cancelled them). The frontier must not stay
+			// past those holes, or the reader fetches them one read at a
+			// time; issue skips what is still there.
+			for _, s := range h.det.streams {
+				s.frontier = min(s.frontier, alignUp(off, h.f.bs))
+			}
+		}
 		// A file read from its start is usually read whole: for an object
 		// of a few MiB one request beats a ramping readahead window.
 		if h.medium && off == 0 {
