@@ -54,6 +54,12 @@ type aheadReader interface {
 	NotifyAtEnd(fn func())
 }
 
+// unreadReader is a reader opened ahead that can say whether it has been
+// read since (readahead.Handle).
+type unreadReader interface {
+	Unread() bool
+}
+
 // lastOpens is what a directory's latest opens of distinct files were:
 // names, the most recent last ("" for none).
 type lastOpens struct {
@@ -62,6 +68,7 @@ type lastOpens struct {
 
 type aheadFile struct {
 	path  string
+	after string // the name whose end opened it: while the directory's last open is still that, it is due
 	obj   bucket.Object
 	r     ContentReader
 	timer *time.Timer
@@ -80,6 +87,7 @@ type aheader struct {
 	mu      sync.Mutex
 	opens   map[string]lastOpens // GUARDED_BY(mu); key: directory path
 	pending []*aheadFile         // GUARDED_BY(mu); oldest first
+	opening map[string]bool      // GUARDED_BY(mu); paths being opened ahead now
 	closed  bool                 // GUARDED_BY(mu)
 
 	// Counters: files opened ahead, taken by an open, closed unused.
@@ -87,7 +95,7 @@ type aheader struct {
 }
 
 func newAheader(fs *fileSystem, openAhead func(obj bucket.Object) ContentReader) *aheader {
-	return &aheader{fs: fs, openAhead: openAhead, wait: aheadUnused, opens: make(map[string]lastOpens)}
+	return &aheader{fs: fs, openAhead: openAhead, wait: aheadUnused, opens: make(map[string]lastOpens), opening: make(map[string]bool)}
 }
 
 // open is called for every file open: it returns the reader opened ahead
@@ -158,37 +166,93 @@ func (a *aheader) atEnd(path string) {
 		return
 	}
 	nextPath := childPath(dir, next.name)
+	// admit decides under a.mu whether nextPath may be opened ahead now.
 	admit := func() bool {
-		if a.closed || a.opens[dir].cur != name || len(a.pending) >= aheadMax {
-			// Closed, the reader has moved on (it may have opened the
-			// next file already), or enough files wait.
-			return false
+		if a.closed || a.opens[dir].cur != name {
+			return false // closed, or the reader moved on (perhaps to nextPath)
 		}
 		for _, p := range a.pending {
 			if p.path == nextPath {
 				return false
 			}
 		}
-		return true
+		return len(a.pending) < aheadMax || a.evictStaleLocked()
 	}
 	a.mu.Lock()
-	ok = admit()
+	ok = !a.opening[nextPath] && admit()
+	if ok {
+		a.opening[nextPath] = true
+	}
 	a.mu.Unlock()
 	if !ok {
 		return
 	}
 	// Opened outside the lock: every open waits for it.
-	p := &aheadFile{path: nextPath, obj: next.obj, r: a.openAhead(next.obj)}
+	p := &aheadFile{path: nextPath, after: name, obj: next.obj, r: a.openAhead(next.obj)}
 	a.mu.Lock()
+	delete(a.opening, nextPath)
 	if !admit() {
 		a.mu.Unlock()
 		p.r.Close()
 		return
 	}
-	p.timer = time.AfterFunc(a.wait, func() { a.expire(p) })
-	a.pending = append(a.pending, p)
+	a.addLocked(p)
 	a.started.Add(1)
 	a.mu.Unlock()
+}
+
+// addLocked makes p wait for its reader, for at most a.wait.
+// LOCKS_REQUIRED(a.mu)
+func (a *aheader) addLocked(p *aheadFile) {
+	p.timer = time.AfterFunc(a.wait, func() { a.expire(p) })
+	a.pending = append(a.pending, p)
+}
+
+// evictStaleLocked closes the oldest waiting file whose directory's reader
+// has moved on to another file (stopped, or skipped it), so that it does
+// not hold a place for the rest of its wait. It reports whether it did.
+// LOCKS_REQUIRED(a.mu)
+func (a *aheader) evictStaleLocked() bool {
+	for i, p := range a.pending {
+		dir, _ := splitPath(p.path)
+		if a.opens[dir].cur != p.after {
+			a.pending = append(a.pending[:i:i], a.pending[i+1:]...)
+			p.timer.Stop()
+			a.unused.Add(1)
+			go p.r.Close()
+			return true
+		}
+	}
+	return false
+}
+
+// release is called when the file handle of path, whose reader r was taken
+// from the files opened ahead, is released. If r was never read (the open
+// was a probe: a stat through open, a check for existence), it waits again
+// for the next open, instead of its window being thrown away. It reports
+// whether it kept r; if not, the caller closes it.
+func (a *aheader) release(path string, obj bucket.Object, r ContentReader) bool {
+	u, ok := r.(unreadReader)
+	if !ok || !u.Unread() {
+		return false
+	}
+	dir, name := splitPath(path)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || len(a.pending) >= aheadMax {
+		return false
+	}
+	for _, p := range a.pending {
+		if p.path == path {
+			return false
+		}
+	}
+	after := name // due while the directory's last open is this file
+	if a.opens[dir].cur != name {
+		after = "" // the reader moved on: stale at once if a place is needed
+	}
+	a.addLocked(&aheadFile{path: path, after: after, obj: obj, r: r})
+	return true
 }
 
 // nextFile returns the file after last.cur in entries (a listing) if

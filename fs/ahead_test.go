@@ -23,6 +23,21 @@ type endReader struct {
 	mu     sync.Mutex
 	atEnd  func()
 	closed bool
+	read   bool
+}
+
+func (r *endReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	r.mu.Lock()
+	r.read = true
+	r.mu.Unlock()
+	return r.ContentReader.ReadAt(ctx, p, off)
+}
+
+// Unread is readahead.Handle's: opened ahead and not read since.
+func (r *endReader) Unread() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ahead && !r.read
 }
 
 func (r *endReader) NotifyAtEnd(fn func()) {
@@ -92,6 +107,13 @@ func (x *aheadFixture) list() { readDir(x.t, x.fs, x.dir, 1<<16, false) }
 // open opens d/name and returns its reader.
 func (x *aheadFixture) open(name string) *endReader {
 	x.t.Helper()
+	r, _ := x.openH(name)
+	return r
+}
+
+// openH opens d/name and returns its reader and handle.
+func (x *aheadFixture) openH(name string) (*endReader, fuseops.HandleID) {
+	x.t.Helper()
 	e, err := lookUp(x.fs, x.dir, name)
 	require.NoError(x.t, err)
 	op := &fuseops.OpenFileOp{Inode: e.Child}
@@ -99,7 +121,30 @@ func (x *aheadFixture) open(name string) *endReader {
 	x.fs.mu.Lock()
 	r := x.fs.files[op.Handle].reader.(*endReader)
 	x.fs.mu.Unlock()
-	return r
+	return r, op.Handle
+}
+
+func (x *aheadFixture) release(h fuseops.HandleID) {
+	require.NoError(x.t, x.fs.ReleaseFileHandle(context.Background(), &fuseops.ReleaseFileHandleOp{Handle: h}))
+}
+
+func (x *aheadFixture) pending() int {
+	x.fs.ahead.mu.Lock()
+	defer x.fs.ahead.mu.Unlock()
+	return len(x.fs.ahead.pending)
+}
+
+// blockOpenAhead makes the next opens ahead wait in openAhead until the
+// returned release is closed; entered gets one value per call.
+func (x *aheadFixture) blockOpenAhead() (entered chan struct{}, release chan struct{}) {
+	inner := x.fs.ahead.openAhead
+	entered, release = make(chan struct{}, 8), make(chan struct{})
+	x.fs.ahead.openAhead = func(obj bucket.Object) ContentReader {
+		entered <- struct{}{}
+		<-release
+		return inner(obj)
+	}
+	return entered, release
 }
 
 func (x *aheadFixture) openedAhead() []string {
@@ -259,6 +304,7 @@ func TestReadAheadAcrossFilesManyDirectories(t *testing.T) {
 			r := x.fs.files[op.Handle].reader.(*endReader)
 			x.fs.mu.Unlock()
 			r.end()
+			require.LessOrEqual(t, x.pending(), aheadMax)
 		}
 	}
 	started, taken := x.fs.ahead.started.Load(), x.fs.ahead.taken.Load()
@@ -267,7 +313,8 @@ func TestReadAheadAcrossFilesManyDirectories(t *testing.T) {
 }
 
 // An open ahead that loses the race with the reader's own open of that
-// file is not left waiting for nobody.
+// file is not left waiting for nobody: before it starts (the reader moved
+// on while atEnd looked at the listing) and while it runs.
 func TestReadAheadAcrossFilesLosesRaceWithTheOpen(t *testing.T) {
 	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
 	x.list()
@@ -276,12 +323,124 @@ func TestReadAheadAcrossFilesLosesRaceWithTheOpen(t *testing.T) {
 	x.fs.cache.mu.Lock() // holds atEnd in its listing lookup
 	done := make(chan struct{})
 	go func() { x.fs.ahead.atEnd("d/1"); close(done) }()
-	time.Sleep(10 * time.Millisecond)
-	assert.Empty(t, x.openedAhead())
 	x.fs.ahead.open("d/2", bucket.Object{Name: "d/2"}) // the reader's open of 2
 	x.fs.cache.mu.Unlock()
 	<-done
 	assert.Empty(t, x.openedAhead(), "the reader moved on to 2 first")
+
+	y := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
+	y.list()
+	entered, release := y.blockOpenAhead()
+	y.open("0")
+	r1 := y.open("1")
+	done = make(chan struct{})
+	go func() { r1.end(); close(done) }()
+	<-entered
+	r2 := y.open("2") // while the open ahead of 2 runs
+	close(release)
+	<-done
+	assert.False(t, r2.ahead)
+	require.Len(t, y.openedAhead(), 1)
+	assert.True(t, y.aheads[0].isClosed(), "closed, not left waiting")
+	assert.Zero(t, y.pending())
+}
+
+// Two ends of one file at once open the next file ahead once.
+func TestReadAheadAcrossFilesOneOpenAtATime(t *testing.T) {
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
+	x.list()
+	entered, release := x.blockOpenAhead()
+	x.open("0")
+	x.open("1")
+	done := make(chan struct{})
+	go func() { x.fs.ahead.atEnd("d/1"); close(done) }()
+	<-entered
+	x.fs.ahead.atEnd("d/1") // returns: 2 is being opened
+	close(release)
+	<-done
+	assert.Len(t, x.openedAhead(), 1)
+	assert.Equal(t, 1, x.pending())
+}
+
+// Destroy while an open ahead runs: its reader is closed.
+func TestReadAheadAcrossFilesDestroyDuringOpenAhead(t *testing.T) {
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
+	x.list()
+	entered, release := x.blockOpenAhead()
+	x.open("0")
+	r1 := x.open("1")
+	done := make(chan struct{})
+	go func() { r1.end(); close(done) }()
+	<-entered
+	x.fs.Destroy()
+	close(release)
+	<-done
+	require.Len(t, x.openedAhead(), 1)
+	assert.True(t, x.aheads[0].isClosed())
+}
+
+// A probe (open, close, no read) before the real read does not throw the
+// file opened ahead away: it waits again for the next open.
+func TestReadAheadAcrossFilesProbeThenRead(t *testing.T) {
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
+	x.list()
+	x.open("0")
+	x.open("1").end()
+	require.Equal(t, []string{"d/2"}, x.openedAhead())
+	probe, h := x.openH("2")
+	assert.True(t, probe.ahead)
+	x.release(h)
+	assert.False(t, probe.isClosed(), "kept for the next open")
+	read, h := x.openH("2")
+	assert.Same(t, probe, read, "the real read gets it")
+	_, err := read.ReadAt(context.Background(), make([]byte, 10), 0)
+	require.NoError(t, err)
+	x.release(h)
+	assert.True(t, read.isClosed(), "once read, a release closes it")
+	assert.Zero(t, x.pending())
+}
+
+// When aheadMax files wait but the readers of some of their directories
+// have moved on (stopped, or skipped the file), a new one takes the place
+// of the oldest such, instead of being dropped for the rest of its wait.
+func TestReadAheadAcrossFilesStaleMakeRoom(t *testing.T) {
+	var names []string
+	for d := range aheadMax + 1 {
+		for f := range 4 {
+			names = append(names, fmt.Sprintf("d/%d/%d", d, f))
+		}
+	}
+	x := newAheadFixture(t, names...)
+	open := func(d, f int) *endReader {
+		e, err := walk(t, x.fs, fmt.Sprintf("d/%d/%d", d, f))
+		require.NoError(t, err)
+		op := &fuseops.OpenFileOp{Inode: e.Child}
+		require.NoError(t, x.fs.OpenFile(context.Background(), op))
+		x.fs.mu.Lock()
+		defer x.fs.mu.Unlock()
+		return x.fs.files[op.Handle].reader.(*endReader)
+	}
+	for d := range aheadMax + 1 {
+		e, err := walk(t, x.fs, fmt.Sprintf("d/%d", d))
+		require.NoError(t, err)
+		readDir(t, x.fs, e.Child, 1<<16, false)
+	}
+	for d := range aheadMax {
+		open(d, 0)
+		open(d, 1).end()
+	}
+	require.Equal(t, aheadMax, x.pending())
+	d := aheadMax
+	open(d, 0)
+	open(d, 1).end()
+	assert.Equal(t, aheadMax, x.pending(), "every reader is due: the new one is dropped")
+	assert.Len(t, x.openedAhead(), aheadMax)
+
+	open(0, 3) // directory 0's reader skips 2
+	open(d, 2).end()
+	require.Len(t, x.openedAhead(), aheadMax+1, "a place was free")
+	assert.Eventually(t, x.aheads[0].isClosed, 5*time.Second, time.Millisecond, "directory 0's file waited for nobody")
+	assert.Equal(t, aheadMax, x.pending())
 }
 
 func TestReadAheadAcrossFilesStoppedByDestroy(t *testing.T) {
@@ -292,6 +451,6 @@ func TestReadAheadAcrossFilesStoppedByDestroy(t *testing.T) {
 	require.Len(t, x.openedAhead(), 1)
 	x.fs.Destroy()
 	assert.True(t, x.aheads[0].isClosed())
-	x.fs.ahead.atEnd("d/2")
+	x.fs.ahead.atEnd("d/1")
 	assert.Len(t, x.openedAhead(), 1, "nothing opens after Destroy")
 }

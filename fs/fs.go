@@ -704,6 +704,8 @@ type fileHandle struct {
 	// Constant data
 	obj    bucket.Object
 	reader ContentReader // safe for concurrent ReadAt
+	path   string
+	taken  bool // reader was opened ahead (ahead.go)
 }
 
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
@@ -751,11 +753,12 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 		}
 	}
 	r := fs.ahead.open(in.path, obj)
-	if r == nil {
+	taken := r != nil
+	if !taken {
 		r = fs.open(obj)
 	}
 	fs.ahead.watch(in.path, r)
-	h := &fileHandle{obj: obj, reader: r}
+	h := &fileHandle{obj: obj, reader: r, path: in.path, taken: taken}
 
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -800,7 +803,7 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	h, ok := fs.files[op.Handle]
 	delete(fs.files, op.Handle)
 	fs.mu.Unlock()
-	if ok {
+	if ok && !(h.taken && fs.ahead.release(h.path, h.obj, h.reader)) {
 		h.reader.Close()
 	}
 	return nil
