@@ -252,6 +252,7 @@ func (a *aheader) release(path string, obj bucket.Object, r ContentReader) bool 
 		after = "" // the reader moved on: stale at once if a place is needed
 	}
 	a.addLocked(&aheadFile{path: path, after: after, obj: obj, r: r})
+	a.taken.Add(^uint64(0)) // not taken after all: counted when it is
 	return true
 }
 
