@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,12 +115,8 @@ func (a *aheader) open(path string, obj bucket.Object) ContentReader {
 	if last := a.opens[dir]; last.cur != name { // a second open of one file is no step
 		a.opens[dir] = lastOpens{before: last.prev, prev: last.cur, cur: name}
 	}
-	for i, p := range a.pending {
-		if p.path != path {
-			continue
-		}
-		a.pending = append(a.pending[:i:i], a.pending[i+1:]...)
-		p.timer.Stop()
+	if i := a.indexLocked(path); i >= 0 {
+		p := a.removeLocked(i)
 		if p.obj.Name == obj.Name && p.obj.Version == obj.Version && p.obj.Size == obj.Size {
 			a.taken.Add(1)
 			return p.r
@@ -171,10 +168,8 @@ func (a *aheader) atEnd(path string) {
 		if a.closed || a.opens[dir].cur != name {
 			return false // closed, or the reader moved on (perhaps to nextPath)
 		}
-		for _, p := range a.pending {
-			if p.path == nextPath {
-				return false
-			}
+		if a.indexLocked(nextPath) >= 0 {
+			return false
 		}
 		return len(a.pending) < aheadMax || a.evictStaleLocked()
 	}
@@ -201,6 +196,21 @@ func (a *aheader) atEnd(path string) {
 	a.mu.Unlock()
 }
 
+// indexLocked returns the index in a.pending of the file of path, or -1.
+// LOCKS_REQUIRED(a.mu)
+func (a *aheader) indexLocked(path string) int {
+	return slices.IndexFunc(a.pending, func(p *aheadFile) bool { return p.path == path })
+}
+
+// removeLocked takes a.pending[i] out of the waiting files and stops its
+// timer. LOCKS_REQUIRED(a.mu)
+func (a *aheader) removeLocked(i int) *aheadFile {
+	p := a.pending[i]
+	a.pending = slices.Delete(a.pending, i, i+1)
+	p.timer.Stop()
+	return p
+}
+
 // addLocked makes p wait for its reader, for at most a.wait.
 // LOCKS_REQUIRED(a.mu)
 func (a *aheader) addLocked(p *aheadFile) {
@@ -216,8 +226,7 @@ func (a *aheader) evictStaleLocked() bool {
 	for i, p := range a.pending {
 		dir, _ := splitPath(p.path)
 		if a.opens[dir].cur != p.after {
-			a.pending = append(a.pending[:i:i], a.pending[i+1:]...)
-			p.timer.Stop()
+			a.removeLocked(i)
 			a.unused.Add(1)
 			go p.r.Close()
 			return true
@@ -239,13 +248,8 @@ func (a *aheader) release(path string, obj bucket.Object, r ContentReader) bool 
 	dir, name := splitPath(path)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || len(a.pending) >= aheadMax {
+	if a.closed || len(a.pending) >= aheadMax || a.indexLocked(path) >= 0 {
 		return false
-	}
-	for _, p := range a.pending {
-		if p.path == path {
-			return false
-		}
 	}
 	after := name // due while the directory's last open is this file
 	if a.opens[dir].cur != name {
@@ -284,16 +288,15 @@ func nextFile(entries []dirEntry, last lastOpens) (dirEntry, bool) {
 // expire closes p if nobody has opened it.
 func (a *aheader) expire(p *aheadFile) {
 	a.mu.Lock()
-	for i, q := range a.pending {
-		if q == p {
-			a.pending = append(a.pending[:i:i], a.pending[i+1:]...)
-			a.mu.Unlock()
-			a.unused.Add(1)
-			p.r.Close()
-			return
-		}
+	i := a.indexLocked(p.path)
+	if i < 0 || a.pending[i] != p {
+		a.mu.Unlock()
+		return
 	}
+	a.removeLocked(i)
 	a.mu.Unlock()
+	a.unused.Add(1)
+	p.r.Close()
 }
 
 // stop closes every file opened ahead; later atEnd calls open nothing.
