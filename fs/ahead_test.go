@@ -104,6 +104,13 @@ func newAheadFixture(t *testing.T, names ...string) *aheadFixture {
 
 func (x *aheadFixture) list() { readDir(x.t, x.fs, x.dir, 1<<16, false) }
 
+// listPath lists the directory at path (from the root).
+func (x *aheadFixture) listPath(path string) {
+	e, err := walk(x.t, x.fs, path)
+	require.NoError(x.t, err)
+	readDir(x.t, x.fs, e.Child, 1<<16, false)
+}
+
 // open opens d/name and returns its reader.
 func (x *aheadFixture) open(name string) *endReader {
 	x.t.Helper()
@@ -114,7 +121,14 @@ func (x *aheadFixture) open(name string) *endReader {
 // openH opens d/name and returns its reader and handle.
 func (x *aheadFixture) openH(name string) (*endReader, fuseops.HandleID) {
 	x.t.Helper()
-	e, err := lookUp(x.fs, x.dir, name)
+	return x.openPath("d/" + name)
+}
+
+// openPath opens the file at path (from the root) and returns its reader
+// and handle.
+func (x *aheadFixture) openPath(path string) (*endReader, fuseops.HandleID) {
+	x.t.Helper()
+	e, err := walk(x.t, x.fs, path)
 	require.NoError(x.t, err)
 	op := &fuseops.OpenFileOp{Inode: e.Child}
 	require.NoError(x.t, x.fs.OpenFile(context.Background(), op))
@@ -287,22 +301,12 @@ func TestReadAheadAcrossFilesManyDirectories(t *testing.T) {
 		}
 	}
 	x := newAheadFixture(t, names...)
-	dir := make([]fuseops.InodeID, dirs)
 	for d := range dirs {
-		e, err := lookUp(x.fs, x.dir, fmt.Sprint(d))
-		require.NoError(t, err)
-		dir[d] = e.Child
-		readDir(t, x.fs, e.Child, 1<<16, false)
+		x.listPath(fmt.Sprintf("d/%d", d))
 	}
 	for f := range files {
 		for d := range dirs {
-			e, err := lookUp(x.fs, dir[d], fmt.Sprint(f))
-			require.NoError(t, err)
-			op := &fuseops.OpenFileOp{Inode: e.Child}
-			require.NoError(t, x.fs.OpenFile(context.Background(), op))
-			x.fs.mu.Lock()
-			r := x.fs.files[op.Handle].reader.(*endReader)
-			x.fs.mu.Unlock()
+			r, _ := x.openPath(fmt.Sprintf("d/%d/%d", d, f))
 			r.end()
 			require.LessOrEqual(t, x.pending(), aheadMax)
 		}
@@ -414,18 +418,11 @@ func TestReadAheadAcrossFilesStaleMakeRoom(t *testing.T) {
 	}
 	x := newAheadFixture(t, names...)
 	open := func(d, f int) *endReader {
-		e, err := walk(t, x.fs, fmt.Sprintf("d/%d/%d", d, f))
-		require.NoError(t, err)
-		op := &fuseops.OpenFileOp{Inode: e.Child}
-		require.NoError(t, x.fs.OpenFile(context.Background(), op))
-		x.fs.mu.Lock()
-		defer x.fs.mu.Unlock()
-		return x.fs.files[op.Handle].reader.(*endReader)
+		r, _ := x.openPath(fmt.Sprintf("d/%d/%d", d, f))
+		return r
 	}
 	for d := range aheadMax + 1 {
-		e, err := walk(t, x.fs, fmt.Sprintf("d/%d", d))
-		require.NoError(t, err)
-		readDir(t, x.fs, e.Child, 1<<16, false)
+		x.listPath(fmt.Sprintf("d/%d", d))
 	}
 	for d := range aheadMax {
 		open(d, 0)

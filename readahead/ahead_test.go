@@ -173,21 +173,34 @@ func TestNotifyAtEndWaitsForTheDrain(t *testing.T) {
 	require.Eventually(t, func() bool { return calls.Load() == 1 }, 5*time.Second, time.Millisecond)
 }
 
-// Without a cache, what files opened ahead hold is not theirs to keep
-// until their readers come: other streams' readahead may take it, as it
-// takes parts the cache also holds.
-func TestOpenAheadMemoryGivesWay(t *testing.T) {
-	b := newFakeBucket()
-	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB})
-	a1 := f.OpenAhead(b.put("next1", 32*MiB))
-	a2 := f.OpenAhead(b.put("next2", 32*MiB))
-	defer a1.Close()
-	defer a2.Close()
+// tightBudget: no cache, and room for two first windows of 8 MiB only.
+func tightBudget(b *fakeBucket) Config {
+	return Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB}
+}
+
+// openTwoAhead opens two 32 MiB objects ahead under tightBudget and waits
+// until their first windows have arrived and fill the budget.
+func openTwoAhead(t *testing.T, f *Fetcher, b *fakeBucket) (a1, a2 *Handle) {
+	t.Helper()
+	a1 = f.OpenAhead(b.put("next1", 32*MiB))
+	a2 = f.OpenAhead(b.put("next2", 32*MiB))
 	require.Eventually(t, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.resident.Len() >= 16 && f.Stats().BudgetInUse >= 16*MiB
 	}, 10*time.Second, time.Millisecond, "both first windows arrived and are kept")
+	return a1, a2
+}
+
+// Without a cache, what files opened ahead hold is not theirs to keep
+// until their readers come: other streams' readahead may take it, as it
+// takes parts the cache also holds.
+func TestOpenAheadMemoryGivesWay(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, tightBudget(b))
+	a1, a2 := openTwoAhead(t, f, b)
+	defer a1.Close()
+	defer a2.Close()
 	assert.Equal(t, int64(16*MiB), f.Stats().AheadBytes)
 
 	h := f.Open(b.put("current", 32*MiB))
@@ -209,28 +222,19 @@ func TestOpenAheadMemoryGivesWay(t *testing.T) {
 // no worse than a fresh handle: the frontier goes back to the holes, so
 // readahead fetches them, not the reader one read at a time.
 func TestOpenAheadReclaimedWindowIsFetchedAgain(t *testing.T) {
-	cfg := func(b *fakeBucket) Config {
-		return Config{Bucket: b, MemoryLimit: 16 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB}
-	}
 	slow := func(ctx context.Context, req *bucket.ReadRequest) error { time.Sleep(5 * time.Millisecond); return nil }
 	b0 := newFakeBucket()
 	b0.hook = slow
-	f0 := newTestFetcher(t, cfg(b0))
+	f0 := newTestFetcher(t, tightBudget(b0))
 	h0 := f0.Open(b0.put("next1", 32*MiB))
 	sequential(t, b0, h0, 256*KiB)
 	h0.Close()
 	fresh := f0.Stats().DemandRequests
 
 	b := newFakeBucket()
-	f := newTestFetcher(t, cfg(b))
-	a1 := f.OpenAhead(b.put("next1", 32*MiB))
-	a2 := f.OpenAhead(b.put("next2", 32*MiB))
+	f := newTestFetcher(t, tightBudget(b))
+	a1, a2 := openTwoAhead(t, f, b)
 	defer a2.Close()
-	require.Eventually(t, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.resident.Len() >= 16 && f.Stats().BudgetInUse >= 16*MiB
-	}, 10*time.Second, time.Millisecond)
 	h := f.Open(b.put("current", 32*MiB))
 	sequential(t, b, h, 256*KiB) // takes the unread windows' memory
 	h.Close()
