@@ -2,7 +2,6 @@ package readahead
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,18 +87,6 @@ func TestOpenAheadClosedUnread(t *testing.T) {
 	assert.Positive(t, f.Stats().BudgetInUse, "readahead is accounted")
 	h.Close()
 	assert.Zero(t, f.Stats().BudgetInUse)
-}
-
-// Small and medium objects are fetched whole by their first read:
-// OpenAhead does nothing for them.
-func TestOpenAheadSkipsObjectsFetchedWhole(t *testing.T) {
-	b := newFakeBucket()
-	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB})
-	for _, size := range []int64{100 * KiB, 3 * MiB} {
-		h := f.OpenAhead(b.put(fmt.Sprint("o", size), size))
-		h.Close()
-	}
-	assert.Zero(t, f.Stats().Requests)
 }
 
 // NotifyAtEnd fires once when a sequential stream's readahead reaches the
@@ -244,4 +231,45 @@ func TestOpenAheadReclaimedWindowIsFetchedAgain(t *testing.T) {
 	a1.Close()
 	// Before the fix: 32 demand requests, one per 1 MiB of the lost window.
 	assert.LessOrEqual(t, f.Stats().DemandRequests-before, fresh+2)
+}
+
+// A small or medium object opened ahead is fetched whole at once, in one
+// request, and its reader (the same handle, or another of the same
+// version) fetches nothing more; a cached one is not fetched again.
+func TestOpenAheadSmallObjectWhole(t *testing.T) {
+	for _, withCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no cache", true: "cache"}[withCache], func(t *testing.T) {
+			b := newFakeBucket()
+			cfg := Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 4 * MiB, SmallObjectSize: 1 * MiB}
+			if withCache {
+				cfg.Cache = newMemCache(64 * KiB)
+			}
+			f := newTestFetcher(t, cfg)
+			small := b.put("small", 128*KiB+3)
+			medium := b.put("medium", 3*MiB+7) // over SmallObjectSize, at most mediumObjectSize
+			hs, hm := f.OpenAhead(small), f.OpenAhead(medium)
+			total := int64(small.Size + medium.Size)
+			require.Eventually(t, func() bool { return f.Stats().BytesFetched == total }, 10*time.Second, time.Millisecond)
+			st := f.Stats()
+			assert.Equal(t, int64(2), st.Requests, "one request each")
+			assert.Equal(t, int64(2), st.SpeculativeRequests)
+			assert.Equal(t, total, st.AheadBytes)
+			sequential(t, b, hs, 32*KiB) // taken over by the reader
+			other := f.Open(medium)      // or another handle of the version
+			sequential(t, b, other, 1*MiB)
+			other.Close()
+			st = f.Stats()
+			assert.Equal(t, int64(2), st.Requests, "the readers fetched nothing")
+			assert.Equal(t, total, st.BytesFetched)
+			hs.Close()
+			hm.Close()
+			if withCache {
+				again := f.OpenAhead(small)
+				time.Sleep(20 * time.Millisecond)
+				assert.Equal(t, int64(2), f.Stats().Requests, "cached: nothing fetched")
+				sequential(t, b, again, 64*KiB)
+				again.Close()
+			}
+		})
+	}
 }

@@ -209,17 +209,26 @@ func (f *Fetcher) Open(obj bucket.Object) *Handle {
 // window then overlap the end of the one being read now. Like all
 // readahead it takes only free memory. Reads through this handle, or
 // through any other of the same version, use what it fetched; Close
-// cancels what is still in flight and frees it. Objects fetched whole by
-// their first read (small and medium ones) are not read ahead.
+// cancels what is still in flight and frees it. An object fetched whole
+// by its first read (a small or medium one) is fetched whole now, in one
+// request, of the blocks neither cached nor in memory.
 func (f *Fetcher) OpenAhead(obj bucket.Object) *Handle {
 	h := f.Open(obj)
-	if h.whole.Load() || h.medium {
-		return h
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unread.Store(true)
 	s, _, _ := h.det.observe(0, 0)
+	if h.whole.Load() || h.medium {
+		size := int64(obj.Size)
+		if size > 0 && !h.issue(s, 0, size) {
+			f.stats.specDropped.Add(1)
+		}
+		// No window follows: the frontier is the end, and the stream
+		// never notifies (NotifyAtEnd is for streams read in windows).
+		s.frontier = size
+		h.atEndDone = true
+		return h
+	}
 	h.prefetch(s, 0)
 	return h
 }
