@@ -73,6 +73,11 @@ type aheadFile struct {
 	obj   bucket.Object
 	r     ContentReader
 	timer *time.Timer
+	// small: opened ahead of a run of small files (ahead_small.go), at
+	// index idx of the listing, for the run numbered gen.
+	small bool
+	idx   int
+	gen   uint64
 }
 
 type aheader struct {
@@ -86,29 +91,47 @@ type aheader struct {
 
 	// Mutable state
 	mu      sync.Mutex
+	opened  *sync.Cond           // broadcast (with mu) when an open ahead ends
 	opens   map[string]lastOpens // GUARDED_BY(mu); key: directory path
 	pending []*aheadFile         // GUARDED_BY(mu); oldest first
 	opening map[string]bool      // GUARDED_BY(mu); paths being opened ahead now
 	closed  bool                 // GUARDED_BY(mu)
+	// Small files (ahead_small.go): each directory's run of opens, the
+	// last run's number, and the small files opened ahead or being opened
+	// (waiting or in opening) with their bytes.
+	runs       map[string]smallRun // GUARDED_BY(mu); key: directory path
+	gen        uint64              // GUARDED_BY(mu)
+	smallFiles int                 // GUARDED_BY(mu)
+	smallBytes int64               // GUARDED_BY(mu)
 
 	// Counters: files opened ahead, taken by an open, closed unused.
 	started, taken, unused atomic.Uint64
 }
 
 func newAheader(fs *fileSystem, openAhead func(obj bucket.Object) ContentReader) *aheader {
-	return &aheader{fs: fs, openAhead: openAhead, wait: aheadUnused, opens: make(map[string]lastOpens), opening: make(map[string]bool)}
+	a := &aheader{fs: fs, openAhead: openAhead, wait: aheadUnused,
+		opens: make(map[string]lastOpens), opening: make(map[string]bool), runs: make(map[string]smallRun)}
+	a.opened = sync.NewCond(&a.mu)
+	return a
 }
 
-// open is called for every file open: it returns the reader opened ahead
-// for exactly obj, if there is one (the caller owns it now), else nil;
-// and it records the open for the directory.
-func (a *aheader) open(path string, obj bucket.Object) ContentReader {
+// open is called for every file open: it returns the file opened ahead
+// for exactly obj, if there is one (the caller owns its reader now, and
+// hands it back to release), else nil; and it records the open for the
+// directory.
+func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 	if a.openAhead == nil {
 		return nil
 	}
 	dir, name := splitPath(path)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// A file being opened ahead right now is waited for (opening ahead
+	// does no I/O, it only starts fetches): opening it a second time
+	// would fetch it twice.
+	for a.opening[path] {
+		a.opened.Wait()
+	}
 	if len(a.opens) >= dirsTracked {
 		clear(a.opens)
 	}
@@ -119,13 +142,20 @@ func (a *aheader) open(path string, obj bucket.Object) ContentReader {
 		p := a.removeLocked(i)
 		if p.obj.Name == obj.Name && p.obj.Version == obj.Version && p.obj.Size == obj.Size {
 			a.taken.Add(1)
-			return p.r
+			return p
 		}
 		// The name holds another version now.
 		go p.r.Close()
 		return nil
 	}
 	return nil
+}
+
+// doneOpeningLocked ends the reservation of path taken before opening it
+// ahead, and wakes the opens waiting for it. LOCKS_REQUIRED(a.mu)
+func (a *aheader) doneOpeningLocked(path string) {
+	delete(a.opening, path)
+	a.opened.Broadcast()
 }
 
 // watch arranges for atEnd(path) once r's readahead reaches its end.
@@ -171,7 +201,7 @@ func (a *aheader) atEnd(path string) {
 		if a.indexLocked(nextPath) >= 0 {
 			return false
 		}
-		return len(a.pending) < aheadMax || a.evictStaleLocked()
+		return a.largeLocked() < aheadMax || a.evictStaleLocked()
 	}
 	a.mu.Lock()
 	ok = !a.opening[nextPath] && admit()
@@ -185,7 +215,7 @@ func (a *aheader) atEnd(path string) {
 	// Opened outside the lock: every open waits for it.
 	p := &aheadFile{path: nextPath, after: name, obj: next.obj, r: a.openAhead(next.obj)}
 	a.mu.Lock()
-	delete(a.opening, nextPath)
+	a.doneOpeningLocked(nextPath)
 	if !admit() {
 		a.mu.Unlock()
 		p.r.Close()
@@ -208,10 +238,21 @@ func (a *aheader) removeLocked(i int) *aheadFile {
 	p := a.pending[i]
 	a.pending = slices.Delete(a.pending, i, i+1)
 	p.timer.Stop()
+	if p.small {
+		a.smallFiles--
+		a.smallBytes -= int64(p.obj.Size)
+	}
 	return p
 }
 
-// addLocked makes p wait for its reader, for at most a.wait.
+// largeLocked counts the waiting files opened at the end of another (not
+// small ones). LOCKS_REQUIRED(a.mu)
+func (a *aheader) largeLocked() int {
+	return len(a.pending) - a.smallFiles
+}
+
+// addLocked makes p wait for its reader, for at most a.wait. A small
+// file's place (smallFiles, smallBytes) must have been taken already.
 // LOCKS_REQUIRED(a.mu)
 func (a *aheader) addLocked(p *aheadFile) {
 	p.timer = time.AfterFunc(a.wait, func() { a.expire(p) })
@@ -225,7 +266,7 @@ func (a *aheader) addLocked(p *aheadFile) {
 func (a *aheader) evictStaleLocked() bool {
 	for i, p := range a.pending {
 		dir, _ := splitPath(p.path)
-		if a.opens[dir].cur != p.after {
+		if !p.small && a.opens[dir].cur != p.after {
 			a.removeLocked(i)
 			a.unused.Add(1)
 			go p.r.Close()
@@ -235,27 +276,40 @@ func (a *aheader) evictStaleLocked() bool {
 	return false
 }
 
-// release is called when the file handle of path, whose reader r was taken
-// from the files opened ahead, is released. If r was never read (the open
-// was a probe: a stat through open, a check for existence), it waits again
-// for the next open, instead of its window being thrown away. It reports
-// whether it kept r; if not, the caller closes it.
-func (a *aheader) release(path string, obj bucket.Object, r ContentReader) bool {
-	u, ok := r.(unreadReader)
+// release is called when a file handle whose reader was taken from the
+// files opened ahead (p, as open returned it) is released. If the reader
+// was never read (the open was a probe: a stat through open, a check for
+// existence), it waits again for the next open, instead of what it
+// fetched being thrown away. It reports whether it kept the reader; if
+// not, the caller closes it.
+func (a *aheader) release(p *aheadFile) bool {
+	u, ok := p.r.(unreadReader)
 	if !ok || !u.Unread() {
 		return false
 	}
-	dir, name := splitPath(path)
+	dir, name := splitPath(p.path)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || len(a.pending) >= aheadMax || a.indexLocked(path) >= 0 {
+	if a.closed || a.indexLocked(p.path) >= 0 || a.opening[p.path] {
 		return false
 	}
-	after := name // due while the directory's last open is this file
-	if a.opens[dir].cur != name {
-		after = "" // the reader moved on: stale at once if a place is needed
+	q := &aheadFile{path: p.path, obj: p.obj, r: p.r, small: p.small, idx: p.idx, gen: p.gen}
+	if q.small {
+		if !a.smallRoomLocked(int64(q.obj.Size)) {
+			return false
+		}
+		a.smallFiles++
+		a.smallBytes += int64(q.obj.Size)
+	} else {
+		if a.largeLocked() >= aheadMax {
+			return false
+		}
+		q.after = name // due while the directory's last open is this file
+		if a.opens[dir].cur != name {
+			q.after = "" // the reader moved on: stale at once if a place is needed
+		}
 	}
-	a.addLocked(&aheadFile{path: path, after: after, obj: obj, r: r})
+	a.addLocked(q)
 	a.taken.Add(^uint64(0)) // not taken after all: counted when it is
 	return true
 }
@@ -303,11 +357,12 @@ func (a *aheader) expire(p *aheadFile) {
 func (a *aheader) stop() {
 	a.mu.Lock()
 	a.closed = true
-	pending := a.pending
-	a.pending = nil
+	pending := slices.Clone(a.pending)
+	for len(a.pending) > 0 {
+		a.removeLocked(len(a.pending) - 1)
+	}
 	a.mu.Unlock()
 	for _, p := range pending {
-		p.timer.Stop()
 		p.r.Close()
 	}
 }

@@ -152,7 +152,7 @@ func (x *aheadFixture) pending() int {
 // returned release is closed; entered gets one value per call.
 func (x *aheadFixture) blockOpenAhead() (entered chan struct{}, release chan struct{}) {
 	inner := x.fs.ahead.openAhead
-	entered, release = make(chan struct{}, 8), make(chan struct{})
+	entered, release = make(chan struct{}, 64), make(chan struct{})
 	x.fs.ahead.openAhead = func(obj bucket.Object) ContentReader {
 		entered <- struct{}{}
 		<-release
@@ -317,8 +317,9 @@ func TestReadAheadAcrossFilesManyDirectories(t *testing.T) {
 }
 
 // An open ahead that loses the race with the reader's own open of that
-// file is not left waiting for nobody: before it starts (the reader moved
-// on while atEnd looked at the listing) and while it runs.
+// file before it starts (the reader moved on while atEnd looked at the
+// listing) is not left waiting for nobody; a reader's open while it runs
+// waits for it and takes it.
 func TestReadAheadAcrossFilesLosesRaceWithTheOpen(t *testing.T) {
 	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
 	x.list()
@@ -332,6 +333,8 @@ func TestReadAheadAcrossFilesLosesRaceWithTheOpen(t *testing.T) {
 	<-done
 	assert.Empty(t, x.openedAhead(), "the reader moved on to 2 first")
 
+	// The reader's open of 2 while 2 is being opened ahead waits for that
+	// and takes it: opened twice, it would be fetched twice.
 	y := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
 	y.list()
 	entered, release := y.blockOpenAhead()
@@ -340,12 +343,19 @@ func TestReadAheadAcrossFilesLosesRaceWithTheOpen(t *testing.T) {
 	done = make(chan struct{})
 	go func() { r1.end(); close(done) }()
 	<-entered
-	r2 := y.open("2") // while the open ahead of 2 runs
+	opened := make(chan *endReader)
+	go func() { opened <- y.open("2") }()
+	select {
+	case <-opened:
+		t.Fatal("the open did not wait for the open ahead")
+	case <-time.After(50 * time.Millisecond):
+	}
 	close(release)
 	<-done
-	assert.False(t, r2.ahead)
+	r2 := <-opened
+	assert.True(t, r2.ahead, "the reader took the file opened ahead")
 	require.Len(t, y.openedAhead(), 1)
-	assert.True(t, y.aheads[0].isClosed(), "closed, not left waiting")
+	assert.False(t, y.aheads[0].isClosed())
 	assert.Zero(t, y.pending())
 }
 

@@ -256,6 +256,19 @@ func (c *metaCache) listing(dir string) ([]dirEntry, bool) {
 	return l.entries, true
 }
 
+// listingAt returns a fresh complete listing of dir, like listing, and
+// the index of name in it.
+func (c *metaCache) listingAt(dir, name string) ([]dirEntry, int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.listings[dir]
+	if !ok || !c.fresh(l.exp) {
+		return nil, 0, false
+	}
+	i, ok := l.byName[name]
+	return l.entries, i, ok
+}
+
 // putListing caches a complete listing of dir whose first page was asked
 // for at seq (every entry carries it). It takes ownership of entries.
 func (c *metaCache) putListing(dir string, entries []dirEntry, seq uint64) {

@@ -704,8 +704,7 @@ type fileHandle struct {
 	// Constant data
 	obj    bucket.Object
 	reader ContentReader // safe for concurrent ReadAt
-	path   string
-	taken  bool // reader was opened ahead (ahead.go)
+	ahead  *aheadFile    // what the reader was opened ahead as (ahead.go), or nil
 }
 
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
@@ -752,13 +751,16 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 			return syscall.ESTALE
 		}
 	}
-	r := fs.ahead.open(in.path, obj)
-	taken := r != nil
-	if !taken {
+	var r ContentReader
+	ahead := fs.ahead.open(in.path, obj)
+	if ahead != nil {
+		r = ahead.r
+	} else {
 		r = fs.open(obj)
 	}
 	fs.ahead.watch(in.path, r)
-	h := &fileHandle{obj: obj, reader: r, path: in.path, taken: taken}
+	fs.ahead.openedSmall(in.path, obj)
+	h := &fileHandle{obj: obj, reader: r, ahead: ahead}
 
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -770,6 +772,21 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	fs.nextHandle++
 	fs.files[op.Handle] = h
 	return nil
+}
+
+// pageCached reports whether the kernel may still hold pages of the file
+// at path in obj's version: an inode of that version has been opened, so
+// its next open keeps the page cache (see OpenFile), and fetching the
+// file ahead would fetch what the kernel will not ask for.
+func (fs *fileSystem) pageCached(path string, obj bucket.Object) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	id, ok := fs.byKey[inodeKey{path: path, version: obj.Version}]
+	if !ok {
+		return false
+	}
+	in := fs.inodes[id]
+	return in.opened && in.openedAt == obj.Version
 }
 
 func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) error {
@@ -803,7 +820,7 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	h, ok := fs.files[op.Handle]
 	delete(fs.files, op.Handle)
 	fs.mu.Unlock()
-	if ok && !(h.taken && fs.ahead.release(h.path, h.obj, h.reader)) {
+	if ok && !(h.ahead != nil && fs.ahead.release(h.ahead)) {
 		h.reader.Close()
 	}
 	return nil
