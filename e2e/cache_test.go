@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -8,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 )
 
 // dataset stages n objects of size bytes under dir/ and returns them.
@@ -61,6 +64,51 @@ func readAll(t *testing.T, m *mounted, objs map[string][]byte) {
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
+	}
+}
+
+// Small files read in listing order by 4 readers are fetched ahead of
+// them, each once, in one request, with and without a disk cache, and
+// every byte is right.
+func TestReadAheadSmallFiles(t *testing.T) {
+	for _, withCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no cache", true: "cache"}[withCache], func(t *testing.T) {
+			s := newStore(t, "gcs")
+			const n = 60
+			objs := dataset(t, s, "small", n, 100<<10+7)
+			args := []string{"--metrics-addr", freeAddr(t)}
+			if withCache {
+				args = append(args, "--cache-dir", t.TempDir())
+			}
+			m := mount(t, s, args...)
+			ents, err := os.ReadDir(filepath.Join(m.dir, "small"))
+			require.NoError(t, err)
+			require.Len(t, ents, n)
+			var next atomic.Int64
+			g := new(errgroup.Group)
+			for range 4 {
+				g.Go(func() error {
+					for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+						name := "small/" + ents[i].Name()
+						got, err := os.ReadFile(filepath.Join(m.dir, name))
+						if err != nil {
+							return err
+						}
+						if !bytes.Equal(got, objs[name]) {
+							return fmt.Errorf("%s: content differs (first difference at %d)", name, firstDiff(got, objs[name]))
+						}
+					}
+					return nil
+				})
+			}
+			require.NoError(t, g.Wait())
+			assert.Equal(t, float64(n), storeReads(t, m), "one request per file")
+			started := m.metric(t, "ferry_fs_files_read_ahead_total", nil)
+			assert.GreaterOrEqual(t, started, float64(n/2), "files opened ahead of their readers")
+			assert.Equal(t, started, m.metric(t, "ferry_fs_files_read_ahead_taken_total", nil),
+				"every file opened ahead was taken: the directory was read to its end")
+			assert.Positive(t, m.metric(t, "ferry_readahead_ahead_bytes_total", nil))
+		})
 	}
 }
 
