@@ -216,7 +216,7 @@ func (a *aheader) atEnd(path string) {
 	p := &aheadFile{path: nextPath, after: name, obj: next.obj, r: a.openAhead(next.obj)}
 	a.mu.Lock()
 	a.doneOpeningLocked(nextPath)
-	if !admit() {
+	if !fetching(p.r) || !admit() {
 		a.mu.Unlock()
 		p.r.Close()
 		return
@@ -224,6 +224,14 @@ func (a *aheader) atEnd(path string) {
 	a.addLocked(p)
 	a.started.Add(1)
 	a.mu.Unlock()
+}
+
+// fetching reports whether r, just opened ahead, is fetching anything:
+// with the file cached already, or no memory free, it is not worth
+// keeping.
+func fetching(r ContentReader) bool {
+	u, ok := r.(unreadReader)
+	return !ok || u.Unread()
 }
 
 // indexLocked returns the index in a.pending of the file of path, or -1.

@@ -112,8 +112,8 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 		p.r = a.openAhead(p.obj)
 		a.mu.Lock()
 		a.doneOpeningLocked(p.path)
-		closed := a.closed
-		if closed {
+		drop := a.closed || !fetching(p.r) // stopped, or nothing to fetch
+		if drop {
 			a.smallFiles--
 			a.smallBytes -= int64(p.obj.Size)
 		} else {
@@ -121,7 +121,7 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 			a.started.Add(1)
 		}
 		a.mu.Unlock()
-		if closed {
+		if drop {
 			p.r.Close()
 		}
 	}

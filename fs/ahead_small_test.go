@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
 )
 
 // newSmallFixture is an aheadFixture whose directory d holds n small
@@ -268,4 +270,29 @@ func TestReadAheadSmallFilesStopWhileOpening(t *testing.T) {
 	assert.Zero(t, x.fs.ahead.smallFiles)
 	assert.Zero(t, x.fs.ahead.smallBytes)
 	assert.Empty(t, x.fs.ahead.pending)
+}
+
+// A file opened ahead with nothing to fetch (cached already, or no memory
+// free) is closed at once, not kept waiting or counted.
+func TestReadAheadSmallFilesNothingToFetch(t *testing.T) {
+	x := newSmallFixture(t, 40, 4096)
+	inner := x.fs.ahead.openAhead
+	x.fs.ahead.openAhead = func(obj bucket.Object) ContentReader {
+		r := inner(obj).(*endReader)
+		if obj.Name == smallName(5) {
+			r.read = true // as readahead.Handle: not Unread
+		}
+		return r
+	}
+	for i := range 4 {
+		x.openSmall(i)
+	}
+	require.Len(t, x.openedAhead(), smallAhead)
+	assert.True(t, x.aheads[1].isClosed(), x.aheads[1].obj.Name)
+	assert.Equal(t, smallAhead-1, x.pending())
+	assert.Equal(t, uint64(smallAhead-1), x.fs.ahead.started.Load())
+	x.fs.ahead.mu.Lock()
+	assert.Equal(t, smallAhead-1, x.fs.ahead.smallFiles)
+	x.fs.ahead.mu.Unlock()
+	assert.False(t, x.openSmall(5).ahead)
 }

@@ -463,3 +463,22 @@ func TestReadAheadAcrossFilesStoppedByDestroy(t *testing.T) {
 	x.fs.ahead.atEnd("d/1")
 	assert.Len(t, x.openedAhead(), 1, "nothing opens after Destroy")
 }
+
+// A large file opened ahead with nothing to fetch (its window cached
+// already, or no memory free) is closed at once, not kept waiting.
+func TestReadAheadAcrossFilesNothingToFetch(t *testing.T) {
+	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
+	x.list()
+	inner := x.fs.ahead.openAhead
+	x.fs.ahead.openAhead = func(obj bucket.Object) ContentReader {
+		r := inner(obj).(*endReader)
+		r.read = true // as readahead.Handle: not Unread
+		return r
+	}
+	x.open("0")
+	x.open("1").end()
+	require.Len(t, x.openedAhead(), 1)
+	assert.True(t, x.aheads[0].isClosed())
+	assert.Zero(t, x.pending())
+	assert.Zero(t, x.fs.ahead.started.Load())
+}

@@ -248,6 +248,7 @@ func TestOpenAheadSmallObjectWhole(t *testing.T) {
 			small := b.put("small", 128*KiB+3)
 			medium := b.put("medium", 3*MiB+7) // over SmallObjectSize, at most mediumObjectSize
 			hs, hm := f.OpenAhead(small), f.OpenAhead(medium)
+			assert.True(t, hs.Unread())
 			total := int64(small.Size + medium.Size)
 			require.Eventually(t, func() bool { return f.Stats().BytesFetched == total }, 10*time.Second, time.Millisecond)
 			st := f.Stats()
@@ -265,6 +266,7 @@ func TestOpenAheadSmallObjectWhole(t *testing.T) {
 			hm.Close()
 			if withCache {
 				again := f.OpenAhead(small)
+				assert.False(t, again.Unread(), "nothing to fetch: not worth keeping")
 				time.Sleep(20 * time.Millisecond)
 				assert.Equal(t, int64(2), f.Stats().Requests, "cached: nothing fetched")
 				sequential(t, b, again, 64*KiB)

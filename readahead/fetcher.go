@@ -209,7 +209,9 @@ func (f *Fetcher) Open(obj bucket.Object) *Handle {
 // window then overlap the end of the one being read now. Like all
 // readahead it takes only free memory. Reads through this handle, or
 // through any other of the same version, use what it fetched; Close
-// cancels what is still in flight and frees it. An object fetched whole
+// cancels what is still in flight and frees it. If it fetches nothing
+// (all cached, or no memory free), the handle is not Unread. An object
+// fetched whole
 // by its first read (a small or medium one) is fetched whole now, in one
 // request, of the blocks neither cached nor in memory.
 func (f *Fetcher) OpenAhead(obj bucket.Object) *Handle {
@@ -227,9 +229,14 @@ func (f *Fetcher) OpenAhead(obj bucket.Object) *Handle {
 		// never notifies (NotifyAtEnd is for streams read in windows).
 		s.frontier = size
 		h.atEndDone = true
-		return h
+	} else {
+		h.prefetch(s, 0)
 	}
-	h.prefetch(s, 0)
+	if s.issued == 0 {
+		// Everything cached or in memory already, or no memory free:
+		// nothing was fetched ahead (see Unread).
+		h.unread.Store(false)
+	}
 	return h
 }
 

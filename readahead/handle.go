@@ -53,8 +53,8 @@ type Handle struct {
 	atEndDone bool   // GUARDED_BY(mu)
 }
 
-// Unread reports whether h was opened ahead (Fetcher.OpenAhead) and has
-// not been read since.
+// Unread reports whether h was opened ahead (Fetcher.OpenAhead), started
+// fetching something then, and has not been read since.
 func (h *Handle) Unread() bool { return h.unread.Load() }
 
 // NotifyAtEnd sets fn to run once, in its own goroutine, when readahead of
