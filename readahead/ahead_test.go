@@ -275,3 +275,26 @@ func TestOpenAheadSmallObjectWhole(t *testing.T) {
 		})
 	}
 }
+
+// Objects under aheadWholeSize are fetched whole by OpenAhead, in parts of
+// at most PartSize; such a handle never notifies NotifyAtEnd (it has no
+// windows), even with a cache, where completed parts ask for more.
+func TestOpenAheadWholeUnderEightMiB(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 64 * MiB,
+		BlockSize: 64 * KiB, PartSize: 4 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB})
+	obj := b.put("six", 6*MiB+5)
+	h := f.OpenAhead(obj)
+	notified := make(chan struct{}, 1)
+	h.NotifyAtEnd(func() { notified <- struct{}{} })
+	require.Eventually(t, func() bool { return f.Stats().BytesFetched == int64(obj.Size) }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, int64(2), f.Stats().Requests, "4 MiB and the rest")
+	sequential(t, b, h, 1*MiB)
+	assert.Equal(t, int64(2), f.Stats().Requests, "the reader fetched nothing")
+	h.Close()
+	select {
+	case <-notified:
+		t.Fatal("notified at the end of an object fetched whole")
+	default:
+	}
+}

@@ -47,7 +47,11 @@ const (
 	// mediumObjectSize: objects up to this size (and a part) are fetched
 	// whole when a handle's first read is at offset 0 (a 2.7 MiB CosmoFlow
 	// sample took 5 requests through a young readahead window).
-	mediumObjectSize  = 4 << 20
+	mediumObjectSize = 4 << 20
+	// aheadWholeSize: OpenAhead fetches smaller objects whole, as fs reads
+	// them ahead of their readers in runs of small files
+	// (fs/ahead_small.go, which takes files under 8 MiB).
+	aheadWholeSize    = 8 << 20
 	DefaultMaxStreams = 8
 	// DefaultReorderTolerance covers the kernel's async FUSE reads, which
 	// arrive out of order: the kernel's readahead of one file keeps

@@ -209,21 +209,23 @@ func (f *Fetcher) Open(obj bucket.Object) *Handle {
 // window then overlap the end of the one being read now. Like all
 // readahead it takes only free memory. Reads through this handle, or
 // through any other of the same version, use what it fetched; Close
-// cancels what is still in flight and frees it. If it fetches nothing
-// (all cached, or no memory free), the handle is not Unread. An object
-// fetched whole
-// by its first read (a small or medium one) is fetched whole now, in one
-// request, of the blocks neither cached nor in memory.
+// cancels what is still in flight and frees it. An object under
+// aheadWholeSize is fetched whole, in parts of at most PartSize (one for
+// small and medium objects), of the blocks neither cached nor in memory.
+// If it fetches nothing (all cached, or no memory free), the handle is
+// not Unread.
 func (f *Fetcher) OpenAhead(obj bucket.Object) *Handle {
 	h := f.Open(obj)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unread.Store(true)
 	s, _, _ := h.det.observe(0, 0)
-	if h.whole.Load() || h.medium {
-		size := int64(obj.Size)
-		if size > 0 && !h.issue(s, 0, size) {
-			f.stats.specDropped.Add(1)
+	if size := int64(obj.Size); size < aheadWholeSize {
+		for off := int64(0); off < size; off += f.cfg.PartSize {
+			if !h.issue(s, off, min(off+f.cfg.PartSize, size)) {
+				f.stats.specDropped.Add(1)
+				break
+			}
 		}
 		// No window follows: the frontier is the end, and the stream
 		// never notifies (NotifyAtEnd is for streams read in windows).
