@@ -302,9 +302,12 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		openAhead = func(obj bucket.Object) fs.ContentReader { return fetcher.OpenAhead(obj) }
 	}
 	mfs, err := fs.Mount(serveCtx, cfg.MountPoint, fs.Config{
-		Bucket:      b,
-		Open:        func(obj bucket.Object) fs.ContentReader { return fetcher.Open(obj) },
-		OpenAhead:   openAhead,
+		Bucket:    b,
+		Open:      func(obj bucket.Object) fs.ContentReader { return fetcher.Open(obj) },
+		OpenAhead: openAhead,
+		// A quarter of the readahead memory at most: small files waiting
+		// for readers must not push one another out of the budget.
+		AheadBytes:  cfg.MemoryLimit / 4,
 		MetadataTTL: cfg.MetadataTTL,
 		NegativeTTL: cfg.NegativeTTL,
 		Uid:         cfg.Uid,

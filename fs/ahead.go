@@ -88,6 +88,7 @@ type aheader struct {
 	// openAhead is Config.OpenAhead; nil turns reading ahead off.
 	openAhead func(obj bucket.Object) ContentReader
 	wait      time.Duration // aheadUnused; shorter in tests
+	maxBytes  int64         // bytes of small files that may wait (ahead_small.go)
 
 	// Mutable state
 	mu      sync.Mutex
@@ -95,11 +96,12 @@ type aheader struct {
 	opens   map[string]lastOpens // GUARDED_BY(mu); key: directory path
 	pending []*aheadFile         // GUARDED_BY(mu); oldest first
 	opening map[string]bool      // GUARDED_BY(mu); paths being opened ahead now
+	held    map[string]int       // GUARDED_BY(mu); paths with handles open, how many
 	closed  bool                 // GUARDED_BY(mu)
-	// Small files (ahead_small.go): each directory's run of opens, the
-	// last run's number, and the small files opened ahead or being opened
-	// (waiting or in opening) with their bytes.
-	runs       map[string]smallRun // GUARDED_BY(mu); key: directory path
+	// Small files (ahead_small.go): each directory's runs of opens, the
+	// last run's number, and the small files opened ahead (waiting, or
+	// being opened) with their bytes.
+	runs       map[string]*dirRuns // GUARDED_BY(mu); key: directory path
 	gen        uint64              // GUARDED_BY(mu)
 	smallFiles int                 // GUARDED_BY(mu)
 	smallBytes int64               // GUARDED_BY(mu)
@@ -108,9 +110,15 @@ type aheader struct {
 	started, taken, unused atomic.Uint64
 }
 
-func newAheader(fs *fileSystem, openAhead func(obj bucket.Object) ContentReader) *aheader {
-	a := &aheader{fs: fs, openAhead: openAhead, wait: aheadUnused,
-		opens: make(map[string]lastOpens), opening: make(map[string]bool), runs: make(map[string]smallRun)}
+// newAheader reads ahead through openAhead (nil: never); maxBytes bounds
+// the small files waiting for readers (0: smallAheadBytes).
+func newAheader(fs *fileSystem, openAhead func(obj bucket.Object) ContentReader, maxBytes int64) *aheader {
+	if maxBytes <= 0 || maxBytes > smallAheadBytes {
+		maxBytes = smallAheadBytes
+	}
+	a := &aheader{fs: fs, openAhead: openAhead, wait: aheadUnused, maxBytes: maxBytes,
+		opens: make(map[string]lastOpens), opening: make(map[string]bool), held: make(map[string]int),
+		runs: make(map[string]*dirRuns)}
 	a.opened = sync.NewCond(&a.mu)
 	return a
 }
@@ -118,7 +126,8 @@ func newAheader(fs *fileSystem, openAhead func(obj bucket.Object) ContentReader)
 // open is called for every file open: it returns the file opened ahead
 // for exactly obj, if there is one (the caller owns its reader now, and
 // hands it back to release), else nil; and it records the open for the
-// directory.
+// directory. Every open is matched by a call of closed when its handle is
+// released.
 func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 	if a.openAhead == nil {
 		return nil
@@ -132,6 +141,7 @@ func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 	for a.opening[path] {
 		a.opened.Wait()
 	}
+	a.held[path]++
 	if len(a.opens) >= dirsTracked {
 		clear(a.opens)
 	}
@@ -149,6 +159,18 @@ func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 		return nil
 	}
 	return nil
+}
+
+// handleReleased is called when a handle of path is released.
+func (a *aheader) handleReleased(path string) {
+	if a.openAhead == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held[path]--; a.held[path] <= 0 {
+		delete(a.held, path)
+	}
 }
 
 // doneOpeningLocked ends the reservation of path taken before opening it
@@ -198,7 +220,7 @@ func (a *aheader) atEnd(path string) {
 		if a.closed || a.opens[dir].cur != name {
 			return false // closed, or the reader moved on (perhaps to nextPath)
 		}
-		if a.indexLocked(nextPath) >= 0 {
+		if a.indexLocked(nextPath) >= 0 || a.held[nextPath] > 0 {
 			return false
 		}
 		return a.largeLocked() < aheadMax || a.evictStaleLocked()
@@ -256,7 +278,13 @@ func (a *aheader) removeLocked(i int) *aheadFile {
 // largeLocked counts the waiting files opened at the end of another (not
 // small ones). LOCKS_REQUIRED(a.mu)
 func (a *aheader) largeLocked() int {
-	return len(a.pending) - a.smallFiles
+	n := 0
+	for _, p := range a.pending {
+		if !p.small {
+			n++
+		}
+	}
+	return n
 }
 
 // addLocked makes p wait for its reader, for at most a.wait. A small

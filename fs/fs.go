@@ -56,6 +56,11 @@ type Config struct {
 	// next and starts its readahead at once (ahead.go); nil turns reading
 	// ahead across files off.
 	OpenAhead func(obj bucket.Object) ContentReader
+	// AheadBytes bounds the small files opened ahead and waiting for their
+	// readers (ahead_small.go), in bytes: a share of the memory readahead
+	// may use, so that they do not push one another out. 0 (or more than
+	// 64 MiB) is 64 MiB.
+	AheadBytes int64
 	// MetadataTTL applies to positive entries, listings and the kernel's
 	// entry and attribute timeouts; NegativeTTL to "no such name" entries.
 	// -1 caches forever, 0 disables caching.
@@ -85,8 +90,9 @@ const forever = 365 * 24 * time.Hour
 
 // fileSystem implements fuseutil.FileSystem, read-only.
 //
-// LOCK ORDER: dirHandle.mu, then fileSystem.mu, then metaCache.mu. Bucket
-// calls are never made with fileSystem.mu held.
+// LOCK ORDER: dirHandle.mu, then fileSystem.mu, then metaCache.mu; and
+// aheader.mu, then fileSystem.mu (ahead_small.go). Bucket calls are never
+// made with fileSystem.mu held.
 type fileSystem struct {
 	fuseutil.NotImplementedFileSystem
 
@@ -218,7 +224,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		nextHandle:  1,
 	}
 	fs.prefetch = newDirPrefetcher(fs)
-	fs.ahead = newAheader(fs, cfg.OpenAhead)
+	fs.ahead = newAheader(fs, cfg.OpenAhead, cfg.AheadBytes)
 	// The kernel holds one implicit reference to the root.
 	root := &inode{id: fuseops.RootInodeID, path: "", dir: true, lookups: 1}
 	fs.inodes[root.id] = root
@@ -704,7 +710,12 @@ type fileHandle struct {
 	// Constant data
 	obj    bucket.Object
 	reader ContentReader // safe for concurrent ReadAt
-	ahead  *aheadFile    // what the reader was opened ahead as (ahead.go), or nil
+	path   string
+	ahead  *aheadFile // what the reader was opened ahead as (ahead.go), or nil
+	// kept: the open kept the kernel's page cache; missed: a read came
+	// all the same (ahead_small.go, pageMiss).
+	kept   bool
+	missed atomic.Bool
 }
 
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
@@ -760,13 +771,14 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	}
 	fs.ahead.watch(in.path, r)
 	fs.ahead.openedSmall(in.path, obj)
-	h := &fileHandle{obj: obj, reader: r, ahead: ahead}
+	h := &fileHandle{obj: obj, reader: r, path: in.path, ahead: ahead}
 
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	// The kernel's pages are good while the version is the one they were
 	// read from; otherwise it must drop them on this open.
 	op.KeepPageCache = in.opened && in.openedAt == obj.Version
+	h.kept = op.KeepPageCache
 	in.opened, in.openedAt = true, obj.Version
 	op.Handle = fs.nextHandle
 	fs.nextHandle++
@@ -804,6 +816,9 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if int64(len(dst)) > op.Size {
 		dst = dst[:op.Size]
 	}
+	if h.kept && !h.missed.Swap(true) {
+		fs.ahead.pageMiss(h.path)
+	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fs.errno("read", h.obj.Name, err)
@@ -820,7 +835,11 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	h, ok := fs.files[op.Handle]
 	delete(fs.files, op.Handle)
 	fs.mu.Unlock()
-	if ok && !(h.ahead != nil && fs.ahead.release(h.ahead)) {
+	if !ok {
+		return nil
+	}
+	fs.ahead.handleReleased(h.path)
+	if !(h.ahead != nil && fs.ahead.release(h.ahead)) {
 		h.reader.Close()
 	}
 	return nil
