@@ -30,14 +30,14 @@ import (
 // background, like lookup misses do, see prefetch.go), the next file must be
 // large enough to be read ahead at all, the readahead takes only free
 // memory (and gives it back to other readahead until its reader comes),
-// at most aheadMax files wait for their readers (a new one is dropped,
+// at most aheadMax large files wait for their readers (a new one is dropped,
 // not an older one: readers of several directories in turn come back in
 // that order), and a file opened ahead but not opened by anyone within
 // aheadUnused is closed again.
 const (
-	// aheadMinSize: smaller files are fetched whole by their first read,
-	// in one request; readers of many small files are served by their
-	// own parallelism.
+	// aheadMinSize: smaller files are fetched whole, in one request (by
+	// their first read); they are read ahead by the rule for small files
+	// (ahead_small.go).
 	aheadMinSize = 8 << 20
 	// aheadUnused is how long a file opened ahead waits for its reader.
 	aheadUnused = 30 * time.Second
@@ -152,6 +152,11 @@ func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 		p := a.removeLocked(i)
 		if p.obj.Name == obj.Name && p.obj.Version == obj.Version && p.obj.Size == obj.Size {
 			a.taken.Add(1)
+			if p.small {
+				// Counted until released: its memory is in use until then.
+				a.smallFiles++
+				a.smallBytes += int64(p.obj.Size)
+			}
 			return p
 		}
 		// The name holds another version now.
@@ -220,7 +225,7 @@ func (a *aheader) atEnd(path string) {
 		if a.closed || a.opens[dir].cur != name {
 			return false // closed, or the reader moved on (perhaps to nextPath)
 		}
-		if a.indexLocked(nextPath) >= 0 || a.held[nextPath] > 0 {
+		if a.indexLocked(nextPath) >= 0 {
 			return false
 		}
 		return a.largeLocked() < aheadMax || a.evictStaleLocked()
@@ -319,14 +324,17 @@ func (a *aheader) evictStaleLocked() bool {
 // fetched being thrown away. It reports whether it kept the reader; if
 // not, the caller closes it.
 func (a *aheader) release(p *aheadFile) bool {
-	u, ok := p.r.(unreadReader)
-	if !ok || !u.Unread() {
-		return false
-	}
 	dir, name := splitPath(p.path)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || a.indexLocked(p.path) >= 0 || a.opening[p.path] {
+	if p.small { // counted while taken (see open)
+		a.smallFiles--
+		a.smallBytes -= int64(p.obj.Size)
+	}
+	if u, ok := p.r.(unreadReader); !ok || !u.Unread() {
+		return false
+	}
+	if a.closed || a.indexLocked(p.path) >= 0 || a.opening[p.path] || a.held[p.path] > 0 {
 		return false
 	}
 	q := &aheadFile{path: p.path, obj: p.obj, r: p.r, small: p.small, idx: p.idx, gen: p.gen}

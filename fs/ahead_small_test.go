@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,13 +40,22 @@ func newSmallFixtureWith(t *testing.T, n, size int, put func(b *testBucket)) *ah
 
 func smallName(i int) string { return fmt.Sprintf("d/f%03d", i) }
 
-// openSmall opens d/f<i> and releases it, as a reader that read it whole.
+// openSmall opens d/f<i>, reads its head through ReadFile (as the kernel
+// does when it lacks the pages) and releases it.
 func (x *aheadFixture) openSmall(i int) *endReader {
 	x.t.Helper()
-	r, h := x.openPath(smallName(i))
-	r.mu.Lock()
-	r.read = true
-	r.mu.Unlock()
+	return x.readPath(smallName(i), true)
+}
+
+// readPath opens path, reads its head through ReadFile if read (else the
+// kernel had the pages, or the open was a probe) and releases it.
+func (x *aheadFixture) readPath(path string, read bool) *endReader {
+	x.t.Helper()
+	r, h := x.openPath(path)
+	if read {
+		op := &fuseops.ReadFileOp{Handle: h, Size: 4096, Dst: make([]byte, 4096)}
+		require.NoError(x.t, x.fs.ReadFile(context.Background(), op))
+	}
 	x.release(h)
 	return r
 }
@@ -112,6 +123,14 @@ func TestReadAheadSmallFilesOrder(t *testing.T) {
 		z.openSmall(i)
 	}
 	assert.LessOrEqual(t, len(z.openedAhead()), 2, "a shuffled reader of a smaller directory")
+
+	// The same with a probe before each read: one step per file.
+	w := newSmallFixture(t, 200, 4096)
+	for _, i := range rnd.Perm(200) {
+		w.readPath(smallName(i), false)
+		w.openSmall(i)
+	}
+	assert.LessOrEqual(t, len(w.openedAhead()), 2, "a shuffled reader probing each file first")
 }
 
 // Nothing is opened ahead without a listing, for large files, for empty
@@ -126,7 +145,7 @@ func TestReadAheadSmallFilesSkips(t *testing.T) {
 	}
 	assert.Empty(t, x.openedAhead(), "no listing")
 
-	y := newSmallFixtureWith(t, 300, 4096, func(b *testBucket) {
+	y := newSmallFixtureWith(t, 100+50*smallRunsPerDir, 4096, func(b *testBucket) {
 		b.put(smallName(6), make([]byte, aheadMinSize))
 		b.put(smallName(7), nil)
 	})
@@ -168,13 +187,17 @@ func TestReadAheadSmallFilesBounds(t *testing.T) {
 	y.fs.ahead.mu.Lock()
 	assert.LessOrEqual(t, y.fs.ahead.smallBytes, int64(smallAheadBytes))
 	y.fs.ahead.mu.Unlock()
-	// The next open, taking one, makes room for one more; so if it was a
-	// probe (released unread), there is no room for it to wait again.
+	// A probe of the next file (released unread) leaves it waiting again:
+	// a file taken stays counted until released, so nothing took its
+	// place meanwhile.
 	r, h := y.openPath(smallName(4))
 	assert.True(t, r.ahead)
-	assert.Len(t, y.openedAhead(), smallAheadBytes/(6<<20)+1)
 	y.release(h)
-	assert.True(t, r.isClosed(), "no room to wait again")
+	assert.False(t, r.isClosed(), "waits again")
+	assert.True(t, y.openSmall(4).ahead, "the read takes it")
+	assert.Len(t, y.openedAhead(), smallAheadBytes/(6<<20), "its place is free only once it is released")
+	y.openSmall(5)
+	assert.Len(t, y.openedAhead(), smallAheadBytes/(6<<20)+1)
 	y.fs.ahead.mu.Lock()
 	assert.LessOrEqual(t, y.fs.ahead.smallBytes, int64(smallAheadBytes))
 	y.fs.ahead.mu.Unlock()
@@ -265,7 +288,7 @@ func TestReadAheadSmallFilesStopWhileOpening(t *testing.T) {
 	close(release)
 	<-done
 	names := x.openedAhead()
-	require.Len(t, names, smallAhead)
+	require.Len(t, names, 1, "the rest given up unopened")
 	for _, r := range x.aheads {
 		assert.True(t, r.isClosed(), r.obj.Name)
 	}
@@ -358,11 +381,21 @@ func TestReadAheadSmallFilesSkipsHeldFiles(t *testing.T) {
 	want := slices.DeleteFunc(smallNames(4, 4+smallAhead), func(n string) bool { return n == smallName(5) })
 	assert.Equal(t, want, x.openedAhead())
 	x.fs.ahead.handleReleased(smallName(5))
+
+	// A probe of a file opened ahead, released while another handle of it
+	// is open: that one has its own reader, so the file does not wait
+	// again.
+	r, h := x.openPath(smallName(6))
+	require.True(t, r.ahead)
+	_, h2 := x.openPath(smallName(6))
+	x.release(h)
+	assert.True(t, r.isClosed())
+	x.release(h2)
 }
 
 // A second epoch through the same directory fetches nothing ahead while
 // the kernel keeps the files' pages; once a file opened with its pages
-// kept is read from ferry, the pages are gone, and files are fetched
+// kept is read through ferry, the pages are gone, and files are fetched
 // ahead again.
 func TestReadAheadSmallFilesSecondEpoch(t *testing.T) {
 	x := newSmallFixture(t, 100, 4096)
@@ -371,17 +404,55 @@ func TestReadAheadSmallFilesSecondEpoch(t *testing.T) {
 	}
 	first := len(x.openedAhead())
 	require.Positive(t, first)
-	for i := range 4 {
-		x.openSmall(i)
+	for i := range 50 {
+		x.readPath(smallName(i), false) // the kernel has the pages: no read
 	}
 	assert.Len(t, x.openedAhead(), first, "the kernel has the pages")
-	_, h := x.openPath(smallName(4))
-	op := &fuseops.ReadFileOp{Handle: h, Size: 4096, Dst: make([]byte, 4096)}
-	require.NoError(t, x.fs.ReadFile(context.Background(), op))
-	x.release(h)
-	x.openSmall(5)
-	// (The files the run passed over meanwhile are not looked at again.)
-	assert.Equal(t, smallNames(21, 22), x.openedAhead()[first:], "read from ferry: fetched ahead again")
+	x.openSmall(50) // from here on it has not
+	x.openSmall(51)
+	// (The files the run passed over before it knew are not looked at
+	// again.)
+	assert.Equal(t, smallNames(67, 68), x.openedAhead()[first:], "read through ferry: fetched ahead again")
+}
+
+// A loader that probes each file (an open and a close) before reading it:
+// the probe's open is no evidence that the kernel has the pages, and once
+// a read shows that it has not, the run fetches ahead for the rest of it.
+func TestReadAheadSmallFilesProbeThenRead(t *testing.T) {
+	x := newSmallFixture(t, 100, 4096)
+	for i := range 100 {
+		x.readPath(smallName(i), false)
+		x.readPath(smallName(i), true)
+	}
+	first := len(x.openedAhead())
+	require.Positive(t, first)
+	for i := range 100 { // the kernel has every page
+		x.readPath(smallName(i), false)
+	}
+	assert.Len(t, x.openedAhead(), first, "nothing fetched for a page cache that has it all")
+	served := 0
+	for i := range 100 { // the kernel has dropped them
+		x.readPath(smallName(i), false)
+		if x.readPath(smallName(i), true).ahead {
+			served++
+		}
+	}
+	assert.Greater(t, served, 90, "reads served by files fetched ahead")
+	// Probes of two files, then their reads: the second probe comes right
+	// after the first said the kernel had its pages (it opened it and read
+	// nothing), but the run has seen them gone.
+	served = 0
+	for i := 0; i < 100; i += 2 {
+		x.readPath(smallName(i), false)
+		x.readPath(smallName(i+1), false)
+		for _, j := range []int{i, i + 1} {
+			if x.readPath(smallName(j), true).ahead {
+				served++
+			}
+		}
+	}
+	assert.Greater(t, served, 90, "reads served by files fetched ahead, in pairs")
+	assert.Equal(t, x.fs.ahead.started.Load(), x.fs.ahead.taken.Load()+uint64(x.pending()), "each taken or still waiting")
 }
 
 // Small files waiting do not take the places of large ones, nor are they
@@ -424,7 +495,7 @@ func TestReadAheadSmallFilesAndLargeOnes(t *testing.T) {
 // it gives its place up when a new one needs it.
 func TestReadAheadSmallFilesSkippedGivesWay(t *testing.T) {
 	x := newSmallFixture(t, 100, 4096)
-	x.fs.ahead.maxBytes = smallAhead * 4096
+	x.fs.ahead.maxBytes = (smallAhead + 1) * 4096 // and the one taken
 	for i := range 4 {
 		x.openSmall(i)
 	}
@@ -467,5 +538,197 @@ func TestReadAheadSmallFilesTwoRunsInOneDirectory(t *testing.T) {
 	for i := range 8 {
 		assert.Equal(t, i >= smallRunMin, x.openSmall(i).ahead, "file %d", i)
 		assert.Equal(t, i >= smallRunMin, x.openSmall(200+i).ahead, "file %d", 200+i)
+	}
+}
+
+// A second epoch through a small directory, the kernel's pages gone, is
+// a new pass: its files are fetched ahead again.
+func TestReadAheadSmallFilesSmallDirectorySecondEpoch(t *testing.T) {
+	for _, n := range []int{30, 60} {
+		x := newSmallFixture(t, n, 4096)
+		for i := range n {
+			x.openSmall(i)
+		}
+		first := len(x.openedAhead())
+		for i := range n {
+			x.openSmall(i)
+		}
+		assert.Greater(t, len(x.openedAhead())-first, n/2, "%d files", n)
+	}
+}
+
+// 8 readers taking files from a shared counter, in two directories at
+// once, for two epochs (the second with the kernel's pages gone, or
+// kept): every file opened ahead is taken, none is left waiting (a reader
+// that stalls while the others go on does not fetch again what they
+// read), and with the pages kept nothing is fetched in the second epoch.
+func TestReadAheadSmallFilesEightReaders(t *testing.T) {
+	for _, pagesGone := range []bool{true, false} {
+		x := newAheadFixture(t)
+		const n = 200
+		for d := range 2 {
+			for i := range n {
+				x.b.put(fmt.Sprintf("d/%d/f%03d", d, i), make([]byte, 4096))
+			}
+			x.listPath(fmt.Sprintf("d/%d", d))
+		}
+		var served [2]atomic.Int64
+		var started [2]uint64
+		for epoch := range 2 {
+			var wg sync.WaitGroup
+			for d := range 2 {
+				var next atomic.Int64
+				for range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+							if x.readPath(fmt.Sprintf("d/%d/f%03d", d, i), epoch == 0 || pagesGone).ahead {
+								served[epoch].Add(1)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			started[epoch] = x.fs.ahead.started.Load()
+		}
+		assert.Zero(t, x.pending(), "left waiting for nobody")
+		assert.Equal(t, x.fs.ahead.started.Load(), x.fs.ahead.taken.Load())
+		assert.Greater(t, served[0].Load(), int64(n), "epoch 1: served ahead, of %d opens", 2*n)
+		if pagesGone {
+			assert.Greater(t, served[1].Load(), int64(n), "epoch 2: served ahead, of %d opens", 2*n)
+		} else {
+			assert.Equal(t, started[0], started[1], "the kernel had every page")
+		}
+	}
+}
+
+// Workers each reading their own batches of a directory in order (batch k
+// to worker k%W), W and the batches small or far apart: served ahead.
+// (Four or more workers with batches of 16 to 32 files are not: their
+// fronts neither make one run nor runs of their own.)
+func TestReadAheadSmallFilesBatchedWorkers(t *testing.T) {
+	for _, c := range []struct{ workers, batch int }{{2, 16}, {2, 64}, {4, 8}, {4, 64}, {8, 64}, {8, 256}} {
+		x := newSmallFixture(t, 1000, 4096)
+		const n = 1000
+		served := 0
+		nb := (n + c.batch - 1) / c.batch
+		for round := 0; round < (nb+c.workers-1)/c.workers; round++ {
+			for j := range c.batch {
+				for k := range c.workers {
+					if b := round*c.workers + k; b < nb && b*c.batch+j < n && x.openSmall(b*c.batch+j).ahead {
+						served++
+					}
+				}
+			}
+		}
+		assert.Greater(t, served, 900, "%+v", c)
+		assert.LessOrEqual(t, len(x.openedAhead()), served+1, "%+v: fetched for nobody", c)
+	}
+}
+
+// A few late opens in epoch 1 leave a short run behind; a second pass
+// that meets it on its way keeps its own run.
+func TestReadAheadSmallFilesStaleRunMet(t *testing.T) {
+	late := map[int]bool{20: true, 40: true, 50: true, 64: true}
+	x := newSmallFixture(t, 200, 4096)
+	for i := range 200 {
+		if !late[i] {
+			x.openSmall(i)
+		}
+	}
+	for _, i := range []int{20, 40, 50, 64} {
+		x.openSmall(i)
+	}
+	missed := 0
+	for i := range 200 {
+		if !x.openSmall(i).ahead {
+			missed++
+		}
+	}
+	assert.Equal(t, smallRunMin, missed, "only the opens before the run")
+}
+
+// A loader that probes each file before reading it, with files large
+// enough to reach the byte bound: the probe leaves the file waiting, and
+// the read takes it.
+func TestReadAheadSmallFilesProbeThenReadAtTheBound(t *testing.T) {
+	x := newSmallFixture(t, 60, 6<<20)
+	served := 0
+	for i := range 60 {
+		x.readPath(smallName(i), false)
+		if x.readPath(smallName(i), true).ahead {
+			served++
+		}
+	}
+	assert.Greater(t, served, 50)
+	assert.LessOrEqual(t, len(x.openedAhead()), served+1, "fetched for nobody, then again")
+}
+
+// Small files being opened ahead (counted, not yet waiting) do not let
+// more than aheadMax large files wait.
+func TestReadAheadSmallFilesLargeBoundWhileOpening(t *testing.T) {
+	var large []string
+	for d := range 6 {
+		for f := range 3 {
+			large = append(large, fmt.Sprintf("d/l%d/%d", d, f))
+		}
+	}
+	x := newAheadFixture(t, large...)
+	for i := range 40 {
+		x.b.put(smallName(i), []byte("small"))
+	}
+	x.list()
+	inner := x.fs.ahead.openAhead
+	entered, release := make(chan struct{}, 64), make(chan struct{})
+	x.fs.ahead.openAhead = func(obj bucket.Object) ContentReader {
+		if obj.Size < aheadMinSize {
+			entered <- struct{}{}
+			<-release
+		}
+		return inner(obj)
+	}
+	for i := range 3 {
+		x.openSmall(i)
+	}
+	done := make(chan struct{})
+	go func() { x.openSmall(3); close(done) }() // 16 small files being opened
+	<-entered
+	for d := range 6 {
+		x.listPath(fmt.Sprintf("d/l%d", d))
+		x.openPath(fmt.Sprintf("d/l%d/0", d))
+		r, _ := x.openPath(fmt.Sprintf("d/l%d/1", d))
+		r.end()
+	}
+	assert.Equal(t, aheadMax, x.pending(), "only large files wait yet")
+	close(release)
+	<-done
+}
+
+// Readers that stalled while the others went on (their files opened last)
+// make a run of their own, behind the front: the files after them were
+// read in this pass already and are not fetched again. (A second pass,
+// the kernel's pages gone: in the first, the files read are taken to be
+// in the page cache anyway.)
+func TestReadAheadSmallFilesStragglers(t *testing.T) {
+	x := newSmallFixture(t, 100, 4096)
+	for i := range 100 {
+		x.openSmall(i)
+	}
+	for i := range 100 {
+		if i < 40 || i > 43 {
+			x.openSmall(i)
+		}
+	}
+	started := x.fs.ahead.started.Load()
+	for i := 40; i <= 43; i++ {
+		x.openSmall(i)
+	}
+	assert.Equal(t, started, x.fs.ahead.started.Load(), "read in this pass already")
+	x.fs.ahead.mu.Lock()
+	defer x.fs.ahead.mu.Unlock()
+	for _, p := range x.fs.ahead.pending {
+		assert.Equal(t, "d/small", p.path, "only the file after the last waits")
 	}
 }

@@ -123,6 +123,7 @@ type fileSystem struct {
 	hidden       atomic.Uint64      // names hidden because they cannot be POSIX names
 	hiddenLogged atomic.Bool
 	staleServed  atomic.Uint64 // resolves answered from expired metadata in an outage
+	reads        atomic.Uint64 // first reads of handles so far: orders inode.readSeq
 	staleLogged  atomic.Bool
 	storeDownAt  atomic.Int64       // unix ns of the last fetch the store could not answer; 0 after a success
 	probing      atomic.Bool        // a resolve is asking the store whether it is back
@@ -174,6 +175,10 @@ type inode struct {
 	seen     uint64 // GUARDED_BY(fileSystem.mu)
 	opened   bool   // GUARDED_BY(fileSystem.mu); has been opened before
 	openedAt string // GUARDED_BY(fileSystem.mu); obj.Version at the last open
+	// readSeq is when a handle last read the inode (a value of
+	// fileSystem.reads; 0: never), readAt the version it read then.
+	readSeq uint64 // GUARDED_BY(fileSystem.mu)
+	readAt  string // GUARDED_BY(fileSystem.mu)
 }
 
 func (in *inode) key() inodeKey {
@@ -711,11 +716,14 @@ type fileHandle struct {
 	obj    bucket.Object
 	reader ContentReader // safe for concurrent ReadAt
 	path   string
+	in     *inode
 	ahead  *aheadFile // what the reader was opened ahead as (ahead.go), or nil
-	// kept: the open kept the kernel's page cache; missed: a read came
-	// all the same (ahead_small.go, pageMiss).
-	kept   bool
-	missed atomic.Bool
+	// kept: the open kept the kernel's page cache of an inode read
+	// before: whether reads come through tells whether the kernel still
+	// has the pages (ahead_small.go, pagesKept).
+	kept bool
+	// read is set by the handle's first read.
+	read atomic.Bool
 }
 
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
@@ -771,14 +779,14 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	}
 	fs.ahead.watch(in.path, r)
 	fs.ahead.openedSmall(in.path, obj)
-	h := &fileHandle{obj: obj, reader: r, path: in.path, ahead: ahead}
+	h := &fileHandle{obj: obj, reader: r, path: in.path, in: in, ahead: ahead}
 
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	// The kernel's pages are good while the version is the one they were
 	// read from; otherwise it must drop them on this open.
 	op.KeepPageCache = in.opened && in.openedAt == obj.Version
-	h.kept = op.KeepPageCache
+	h.kept = op.KeepPageCache && in.readAt == obj.Version && in.readSeq > 0
 	in.opened, in.openedAt = true, obj.Version
 	op.Handle = fs.nextHandle
 	fs.nextHandle++
@@ -786,19 +794,32 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	return nil
 }
 
-// pageCached reports whether the kernel may still hold pages of the file
-// at path in obj's version: an inode of that version has been opened, so
-// its next open keeps the page cache (see OpenFile), and fetching the
-// file ahead would fetch what the kernel will not ask for.
-func (fs *fileSystem) pageCached(path string, obj bucket.Object) bool {
+// lastRead returns when the file at path was last read through ferry in
+// obj's version (a value of fs.reads), or 0 if it was not, or the kernel
+// has forgotten the inode (and with it its pages).
+func (fs *fileSystem) lastRead(path string, obj bucket.Object) uint64 {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	id, ok := fs.byKey[inodeKey{path: path, version: obj.Version}]
 	if !ok {
-		return false
+		return 0
 	}
-	in := fs.inodes[id]
-	return in.opened && in.openedAt == obj.Version
+	if in := fs.inodes[id]; in.readAt == obj.Version {
+		return in.readSeq
+	}
+	return 0
+}
+
+// noteRead records the first read of h: when its inode was read, and, if
+// its open kept the kernel's page cache, that the kernel did not have the
+// pages after all.
+func (fs *fileSystem) noteRead(h *fileHandle) {
+	fs.mu.Lock()
+	h.in.readSeq, h.in.readAt = fs.reads.Add(1), h.obj.Version
+	fs.mu.Unlock()
+	if h.kept {
+		fs.ahead.pagesKept(h.path, false)
+	}
 }
 
 func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) error {
@@ -816,8 +837,8 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if int64(len(dst)) > op.Size {
 		dst = dst[:op.Size]
 	}
-	if h.kept && !h.missed.Swap(true) {
-		fs.ahead.pageMiss(h.path)
+	if !h.read.Swap(true) {
+		fs.noteRead(h)
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -837,6 +858,9 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	fs.mu.Unlock()
 	if !ok {
 		return nil
+	}
+	if h.kept && !h.read.Load() {
+		fs.ahead.pagesKept(h.path, true) // the kernel served it all
 	}
 	fs.ahead.handleReleased(h.path)
 	if !(h.ahead != nil && fs.ahead.release(h.ahead)) {
