@@ -78,6 +78,9 @@ type aheadFile struct {
 	small bool
 	idx   int
 	gen   uint64
+	// charged: a small file taken by an open and not read yet, still
+	// counted in smallFiles and smallBytes. GUARDED_BY(aheader.mu)
+	charged bool
 }
 
 type aheader struct {
@@ -150,10 +153,13 @@ func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 	}
 	if i := a.indexLocked(path); i >= 0 {
 		p := a.removeLocked(i)
-		if p.obj.Name == obj.Name && p.obj.Version == obj.Version && p.obj.Size == obj.Size {
+		if sameObject(p.obj, obj) {
 			a.taken.Add(1)
 			if p.small {
-				// Counted until released: its memory is in use until then.
+				// Counted until its first read (firstRead) or release: a
+				// probe (released unread) puts it back, and its place
+				// must still be there.
+				p.charged = true
 				a.smallFiles++
 				a.smallBytes += int64(p.obj.Size)
 			}
@@ -176,6 +182,13 @@ func (a *aheader) handleReleased(path string) {
 	if a.held[path]--; a.held[path] <= 0 {
 		delete(a.held, path)
 	}
+}
+
+// sameObject reports whether a and b are the same object version. Without
+// versions (Version "") a rewrite of the same size shows only in Updated.
+func sameObject(a, b bucket.Object) bool {
+	return a.Name == b.Name && a.Version == b.Version && a.Size == b.Size &&
+		(a.Version != "" || a.Updated.Equal(b.Updated))
 }
 
 // doneOpeningLocked ends the reservation of path taken before opening it
@@ -327,10 +340,7 @@ func (a *aheader) release(p *aheadFile) bool {
 	dir, name := splitPath(p.path)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if p.small { // counted while taken (see open)
-		a.smallFiles--
-		a.smallBytes -= int64(p.obj.Size)
-	}
+	a.unchargeLocked(p)
 	if u, ok := p.r.(unreadReader); !ok || !u.Unread() {
 		return false
 	}

@@ -19,29 +19,30 @@ import (
 // fetched whole ahead, one request each, up to smallAhead entries past
 // it, and the readers' opens take them over as for large files
 // (ahead.go). A reader in shuffled order rarely makes a run: 20 shuffled
-// epochs through directories of 60 to 3000 files fetched 2 files ahead
-// in all (a unit-test probe), and those are files the epoch reads anyway.
+// epochs through directories of 60 to 3000 files (5 each) fetched 24
+// files ahead in all (a unit-test probe), 22 of them read later in the
+// same epoch.
 //
 // Bounds: smallAheadMax files and Config.AheadBytes bytes (at most
 // smallAheadBytes) wait for readers, all directories together (a new file
 // is dropped when they are reached, unless a waiting one is stale: its
 // run ended, or the readers went on smallSpan files past it); each waits
 // at most aheadUnused; like all readahead, fetching takes only free
-// memory. A small file taken by an open stays counted until its handle is
-// released: its memory is in use until then. Not fetched: a file a
-// reader has open now, one read since the run began (another reader got
-// there first), and one read before whose pages the kernel may still
-// have, unless the latest open in its directory that kept the kernel's
-// page cache was read through ferry all the same (pagesKept: the kernel
-// drops pages under memory pressure, so a second epoch of a dataset
-// larger than memory finds none).
+// memory. A small file taken by an open stays counted until its first
+// read (a probe releases it unread, and it waits again). Not fetched: a
+// file a reader has open now, and, without a disk cache, a file read
+// before through this mount: the kernel may still have its pages, and
+// ferry cannot tell (with a disk cache, what was read is cached, and
+// opening it ahead fetches nothing). So without a disk cache only a first
+// pass is read ahead; the disk cache is what later epochs are for.
 //
 // A directory has up to smallRunsPerDir runs: several readers, each
 // through its own part of a directory. An open extends the nearest run
 // whose furthest open is at most smallSpan away, live runs first (a stale
-// run met on the way does not take over); an open of a file read in the
-// directory's current pass begins a new pass (a second epoch), and a new
-// run. An open of a file among the run's last recentOpens is no step: a
+// run met on the way does not take over), else starts a new run; back
+// at or before the run's first open, at most smallBehind behind its
+// furthest (so that a second epoch through a small directory is a new
+// run). An open of a file among the run's last recentOpens is no step: a
 // probe then a read, or several workers opening one index file.
 //
 // Without a fresh listing nothing is fetched ahead; a loader that opens
@@ -50,8 +51,10 @@ import (
 const (
 	// smallSpan: an open at most this many listing entries before or after
 	// the furthest one of a run continues it; further away, a new run
-	// begins.
-	smallSpan = 32
+	// begins. smallBehind replaces it for an open at or before the run's
+	// first: a second pass through a small directory is a new run.
+	smallSpan   = 32
+	smallBehind = 16
 	// liveOpens: a run extended within the directory's last liveOpens
 	// opens is live, and preferred (readers in up to smallRunsPerDir
 	// parts of a directory extend each of their runs every few opens).
@@ -84,10 +87,6 @@ type smallRun struct {
 	gen, last        uint64
 	recent           [recentOpens]int
 	next             int
-	// pagesGone: the directory's pagesGone was seen during the run. It
-	// stays: a loader that probes each file before reading it gives
-	// both answers in turn.
-	pagesGone bool
 }
 
 func newSmallRun(i int, gen uint64) smallRun {
@@ -116,16 +115,6 @@ func (r *smallRun) inOrder() bool {
 type dirRuns struct {
 	runs  []smallRun // least recently extended first
 	opens uint64     // opens of small files in the directory so far
-	// passStart is fileSystem.reads when the directory's current pass
-	// began: the first open of a file read in the pass before begins the
-	// next one. Files read since are not fetched ahead: a reader who
-	// stalled while the others went on would otherwise fetch again what
-	// they read.
-	passStart uint64
-	// pagesGone: the latest open in the directory that kept the kernel's
-	// page cache of a file read before was read through ferry all the
-	// same.
-	pagesGone bool
 }
 
 // run returns the run that an open of index i extends, or a new one
@@ -134,36 +123,34 @@ type dirRuns struct {
 // most smallSpan away (the most recently extended of equals), preferring
 // runs extended within the directory's last liveOpens opens, so that a
 // stale run left behind by a few late opens does not take over a later
-// pass on the way. A file read since the directory's pass began (read:
-// when it was last read, see fileSystem.lastRead) begins a new pass, and
-// a new run; an open of one of the run's last recentOpens files is no
-// step. gen numbers a new run, now is fileSystem.reads.
-func (d *dirRuns) run(i int, read uint64, gen func() uint64, now uint64) *smallRun {
+// pass on the way. An open at or before the run's first open may be at
+// most smallBehind behind its furthest: further back, a new pass has
+// begun (a second epoch). An open of
+// one of the run's last recentOpens files is no step. gen numbers a new
+// run.
+func (d *dirRuns) run(i int, gen func() uint64) *smallRun {
 	d.opens++
 	k, kLive, best := -1, false, 0
 	for j := len(d.runs) - 1; j >= 0; j-- { // the most recent first: it wins ties
 		r := &d.runs[j]
+		if i > r.hi+smallSpan || i < r.hi-smallSpan || (i <= r.lo && r.hi-i > smallBehind) {
+			continue
+		}
 		dist := max(r.hi-i, i-r.hi)
 		live := d.opens-r.last <= liveOpens
-		if dist > smallSpan || (k >= 0 && (kLive && !live || kLive == live && dist >= best)) {
+		if k >= 0 && (kLive && !live || kLive == live && dist >= best) {
 			continue
 		}
 		k, kLive, best = j, live, dist
 	}
 	var r smallRun
-	switch {
-	case k >= 0 && slices.Contains(d.runs[k].recent[:], i):
-		r = d.runs[k] // a repeated open: no step
-		d.runs = slices.Delete(d.runs, k, k+1)
-	case read > d.passStart:
-		d.passStart = now
-		k = -1
-	case k >= 0:
+	if k >= 0 {
 		r = d.runs[k]
-		r.step(i)
+		if !slices.Contains(r.recent[:], i) { // else a repeated open: no step
+			r.step(i)
+		}
 		d.runs = slices.Delete(d.runs, k, k+1)
-	}
-	if k < 0 {
+	} else {
 		r = newSmallRun(i, gen())
 		if len(d.runs) >= smallRunsPerDir {
 			d.runs = slices.Delete(d.runs, 0, 1)
@@ -192,21 +179,16 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 		a.mu.Unlock()
 		return
 	}
-	d := a.dirRunsLocked(dir)
-	r := d.run(i, a.fs.lastRead(path, obj), func() uint64 { a.gen++; return a.gen }, a.fs.reads.Load())
-	r.pagesGone = r.pagesGone || d.pagesGone
+	r := a.dirRunsLocked(dir).run(i, func() uint64 { a.gen++; return a.gen })
 	var todo []*aheadFile
 	if r.inOrder() {
 		for j := max(r.ahead, r.hi) + 1; j < len(entries) && j <= r.hi+smallAhead; j++ {
 			e := entries[j]
 			p := childPath(dir, e.name)
 			if e.kind != kindFile || e.obj.Size == 0 || e.obj.Size >= aheadMinSize ||
-				a.opening[p] || a.held[p] > 0 || a.indexLocked(p) >= 0 {
+				a.opening[p] || a.held[p] > 0 || a.waitingLocked(p, e.obj) ||
+				(!a.fs.diskCache && a.fs.readBefore(p, e.obj)) {
 				r.ahead = j
-				continue
-			}
-			if seq := a.fs.lastRead(p, e.obj); seq > d.passStart || (seq > 0 && !r.pagesGone) {
-				r.ahead = j // read in this pass, or the kernel may have it
 				continue
 			}
 			if !a.makeSmallRoomLocked(int64(e.obj.Size)) {
@@ -226,11 +208,11 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 	// Opened outside the lock. Opening ahead only starts fetches (with a
 	// disk cache it looks up which blocks it holds); an open of one of
 	// these files meanwhile waits for it (see open).
-	for k, p := range todo {
+	for _, p := range todo {
 		a.mu.Lock()
 		closed := a.closed
 		a.mu.Unlock()
-		if !closed {
+		if !closed { // stopped: the rest are given up unopened
 			p.r = a.openAhead(p.obj)
 		}
 		a.mu.Lock()
@@ -246,17 +228,6 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 		a.mu.Unlock()
 		if drop && p.r != nil {
 			p.r.Close()
-		}
-		if closed {
-			// Stopped: the rest are given up without being opened.
-			a.mu.Lock()
-			for _, q := range todo[k+1:] {
-				a.doneOpeningLocked(q.path)
-				a.smallFiles--
-				a.smallBytes -= int64(q.obj.Size)
-			}
-			a.mu.Unlock()
-			return
 		}
 	}
 }
@@ -275,19 +246,41 @@ func (a *aheader) dirRunsLocked(dir string) *dirRuns {
 	return d
 }
 
-// pagesKept is called when a handle whose open kept the kernel's page
-// cache of a file read before is released without a read (kept: the
-// kernel had the pages), or is read (not kept: it had dropped them). The
-// latest says whether the directory's files read before are fetched
-// ahead.
-func (a *aheader) pagesKept(path string, kept bool) {
-	if a.openAhead == nil {
-		return
+// waitingLocked reports whether path waits for its reader, opened ahead
+// in obj's version; one waiting in another version is closed (the listing
+// has a newer one). LOCKS_REQUIRED(a.mu)
+func (a *aheader) waitingLocked(path string, obj bucket.Object) bool {
+	i := a.indexLocked(path)
+	if i < 0 {
+		return false
 	}
-	dir, _ := splitPath(path)
+	if p := a.pending[i]; sameObject(p.obj, obj) {
+		return true
+	}
+	p := a.removeLocked(i)
+	a.unused.Add(1)
+	go p.r.Close()
+	return false
+}
+
+// firstRead is called at the first read of a handle whose reader was
+// taken from the files opened ahead (p): a small file stops counting
+// against the bounds, which are for files waiting or about to be read
+// (see open; its memory is now the reader's, reclaimable like any).
+func (a *aheader) firstRead(p *aheadFile) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.dirRunsLocked(dir).pagesGone = !kept
+	a.unchargeLocked(p)
+}
+
+// unchargeLocked ends the counting of small file p taken by an open, if
+// it is still counted. LOCKS_REQUIRED(a.mu)
+func (a *aheader) unchargeLocked(p *aheadFile) {
+	if p.charged {
+		p.charged = false
+		a.smallFiles--
+		a.smallBytes -= int64(p.obj.Size)
+	}
 }
 
 // smallRoomLocked reports whether a small file of size bytes may wait for

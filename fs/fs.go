@@ -61,6 +61,10 @@ type Config struct {
 	// may use, so that they do not push one another out. 0 (or more than
 	// 64 MiB) is 64 MiB.
 	AheadBytes int64
+	// DiskCache says that what is read is kept on local disk (filecache):
+	// small files read before are then fetched ahead too (what is cached
+	// is not fetched again), not only in a first pass (ahead_small.go).
+	DiskCache bool
 	// MetadataTTL applies to positive entries, listings and the kernel's
 	// entry and attribute timeouts; NegativeTTL to "no such name" entries.
 	// -1 caches forever, 0 disables caching.
@@ -109,6 +113,7 @@ type fileSystem struct {
 	ops *opMetrics
 
 	// Constant data
+	diskCache         bool
 	ttl, negTTL       time.Duration
 	uid, gid          uint32
 	fileMode, dirMode os.FileMode
@@ -123,7 +128,6 @@ type fileSystem struct {
 	hidden       atomic.Uint64      // names hidden because they cannot be POSIX names
 	hiddenLogged atomic.Bool
 	staleServed  atomic.Uint64 // resolves answered from expired metadata in an outage
-	reads        atomic.Uint64 // first reads of handles so far: orders inode.readSeq
 	staleLogged  atomic.Bool
 	storeDownAt  atomic.Int64       // unix ns of the last fetch the store could not answer; 0 after a success
 	probing      atomic.Bool        // a resolve is asking the store whether it is back
@@ -175,10 +179,9 @@ type inode struct {
 	seen     uint64 // GUARDED_BY(fileSystem.mu)
 	opened   bool   // GUARDED_BY(fileSystem.mu); has been opened before
 	openedAt string // GUARDED_BY(fileSystem.mu); obj.Version at the last open
-	// readSeq is when a handle last read the inode (a value of
-	// fileSystem.reads; 0: never), readAt the version it read then.
-	readSeq uint64 // GUARDED_BY(fileSystem.mu)
-	readAt  string // GUARDED_BY(fileSystem.mu)
+	// read: a handle has read the inode, in version readAt (the last).
+	read   bool   // GUARDED_BY(fileSystem.mu)
+	readAt string // GUARDED_BY(fileSystem.mu)
 }
 
 func (in *inode) key() inodeKey {
@@ -210,6 +213,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		open:        cfg.Open,
 		log:         log,
 		now:         now,
+		diskCache:   cfg.DiskCache,
 		ttl:         cfg.MetadataTTL,
 		negTTL:      cfg.NegativeTTL,
 		uid:         cfg.Uid,
@@ -718,10 +722,6 @@ type fileHandle struct {
 	path   string
 	in     *inode
 	ahead  *aheadFile // what the reader was opened ahead as (ahead.go), or nil
-	// kept: the open kept the kernel's page cache of an inode read
-	// before: whether reads come through tells whether the kernel still
-	// has the pages (ahead_small.go, pagesKept).
-	kept bool
 	// read is set by the handle's first read.
 	read atomic.Bool
 }
@@ -786,7 +786,6 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	// The kernel's pages are good while the version is the one they were
 	// read from; otherwise it must drop them on this open.
 	op.KeepPageCache = in.opened && in.openedAt == obj.Version
-	h.kept = op.KeepPageCache && in.readAt == obj.Version && in.readSeq > 0
 	in.opened, in.openedAt = true, obj.Version
 	op.Handle = fs.nextHandle
 	fs.nextHandle++
@@ -794,31 +793,27 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	return nil
 }
 
-// lastRead returns when the file at path was last read through ferry in
-// obj's version (a value of fs.reads), or 0 if it was not, or the kernel
-// has forgotten the inode (and with it its pages).
-func (fs *fileSystem) lastRead(path string, obj bucket.Object) uint64 {
+// readBefore reports whether the file at path has been read through
+// ferry in obj's version, on an inode the kernel still has (with, perhaps,
+// its pages).
+func (fs *fileSystem) readBefore(path string, obj bucket.Object) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	id, ok := fs.byKey[inodeKey{path: path, version: obj.Version}]
 	if !ok {
-		return 0
+		return false
 	}
-	if in := fs.inodes[id]; in.readAt == obj.Version {
-		return in.readSeq
-	}
-	return 0
+	in := fs.inodes[id]
+	return in.read && in.readAt == obj.Version
 }
 
-// noteRead records the first read of h: when its inode was read, and, if
-// its open kept the kernel's page cache, that the kernel did not have the
-// pages after all.
+// noteRead records the first read of h.
 func (fs *fileSystem) noteRead(h *fileHandle) {
 	fs.mu.Lock()
-	h.in.readSeq, h.in.readAt = fs.reads.Add(1), h.obj.Version
+	h.in.read, h.in.readAt = true, h.obj.Version
 	fs.mu.Unlock()
-	if h.kept {
-		fs.ahead.pagesKept(h.path, false)
+	if h.ahead != nil {
+		fs.ahead.firstRead(h.ahead)
 	}
 }
 
@@ -837,7 +832,7 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if int64(len(dst)) > op.Size {
 		dst = dst[:op.Size]
 	}
-	if !h.read.Swap(true) {
+	if !h.read.Load() && !h.read.Swap(true) {
 		fs.noteRead(h)
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
@@ -858,9 +853,6 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	fs.mu.Unlock()
 	if !ok {
 		return nil
-	}
-	if h.kept && !h.read.Load() {
-		fs.ahead.pagesKept(h.path, true) // the kernel served it all
 	}
 	fs.ahead.handleReleased(h.path)
 	if !(h.ahead != nil && fs.ahead.release(h.ahead)) {
