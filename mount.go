@@ -309,6 +309,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		// for readers must not push one another out of the budget.
 		AheadBytes:  cfg.MemoryLimit / 4,
 		DiskCache:   cache != nil,
+		Cached:      fetcher.Cached,
 		MetadataTTL: cfg.MetadataTTL,
 		NegativeTTL: cfg.NegativeTTL,
 		Uid:         cfg.Uid,

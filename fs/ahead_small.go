@@ -187,7 +187,8 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 			p := childPath(dir, e.name)
 			if e.kind != kindFile || e.obj.Size == 0 || e.obj.Size >= aheadMinSize ||
 				a.opening[p] || a.held[p] > 0 || a.waitingLocked(p, e.obj) ||
-				(!a.fs.diskCache && a.fs.readBefore(p, e.obj)) {
+				(!a.fs.diskCache && a.fs.readBefore(p, e.obj)) ||
+				(a.fs.cached != nil && a.fs.cached(e.obj)) {
 				r.ahead = j
 				continue
 			}

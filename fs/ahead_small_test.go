@@ -899,3 +899,15 @@ func TestReadAheadSmallFilesStress(t *testing.T) {
 		x.fs.ahead.mu.Unlock()
 	}
 }
+
+// A file the disk cache holds whole is not opened ahead at all.
+func TestReadAheadSmallFilesCachedSkipped(t *testing.T) {
+	x := newSmallFixture(t, 40, 4096)
+	x.fs.diskCache = true
+	x.fs.cached = func(obj bucket.Object) bool { return obj.Name == smallName(5) }
+	for i := range 4 {
+		x.openSmall(i)
+	}
+	want := slices.DeleteFunc(smallNames(4, 4+smallAhead), func(n string) bool { return n == smallName(5) })
+	assert.Equal(t, want, x.openedAhead())
+}

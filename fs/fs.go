@@ -64,7 +64,10 @@ type Config struct {
 	// DiskCache says that what is read is kept on local disk (filecache):
 	// small files read before are then fetched ahead too (what is cached
 	// is not fetched again), not only in a first pass (ahead_small.go).
+	// Cached, if set, reports whether it holds all of obj: such a file is
+	// not opened ahead at all.
 	DiskCache bool
+	Cached    func(obj bucket.Object) bool
 	// MetadataTTL applies to positive entries, listings and the kernel's
 	// entry and attribute timeouts; NegativeTTL to "no such name" entries.
 	// -1 caches forever, 0 disables caching.
@@ -95,8 +98,8 @@ const forever = 365 * 24 * time.Hour
 // fileSystem implements fuseutil.FileSystem, read-only.
 //
 // LOCK ORDER: dirHandle.mu, then fileSystem.mu, then metaCache.mu; and
-// aheader.mu, then fileSystem.mu (ahead_small.go). Bucket calls are never
-// made with fileSystem.mu held.
+// aheader.mu, then fileSystem.mu or the block cache's lock (Config.Cached;
+// ahead_small.go). Bucket calls are never made with fileSystem.mu held.
 type fileSystem struct {
 	fuseutil.NotImplementedFileSystem
 
@@ -114,6 +117,7 @@ type fileSystem struct {
 
 	// Constant data
 	diskCache         bool
+	cached            func(obj bucket.Object) bool // nil: unknown
 	ttl, negTTL       time.Duration
 	uid, gid          uint32
 	fileMode, dirMode os.FileMode
@@ -214,6 +218,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		log:         log,
 		now:         now,
 		diskCache:   cfg.DiskCache,
+		cached:      cfg.Cached,
 		ttl:         cfg.MetadataTTL,
 		negTTL:      cfg.NegativeTTL,
 		uid:         cfg.Uid,

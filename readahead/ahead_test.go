@@ -298,3 +298,23 @@ func TestOpenAheadWholeUnderEightMiB(t *testing.T) {
 	default:
 	}
 }
+
+// Cached tells whether every block of an object is in the block cache.
+func TestFetcherCached(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB})
+	obj := b.put("o", 200*KiB)
+	assert.False(t, f.Cached(obj), "no cache")
+
+	g := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 64 * MiB, BlockSize: 64 * KiB})
+	big := b.put("big", 8*MiB+5) // not fetched whole by its first read
+	assert.False(t, g.Cached(big))
+	h := g.Open(big)
+	readCheck(t, b, h, 4*MiB, 64*KiB)
+	h.Close()
+	assert.False(t, g.Cached(big), "one block")
+	h = g.Open(big)
+	sequential(t, b, h, 1*MiB)
+	h.Close()
+	assert.True(t, g.Cached(big))
+}

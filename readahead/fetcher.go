@@ -184,6 +184,20 @@ func New(cfg Config) (*Fetcher, error) {
 	return f, nil
 }
 
+// Cached reports whether the block cache holds every block of obj: opening
+// it ahead would fetch nothing.
+func (f *Fetcher) Cached(obj bucket.Object) bool {
+	if f.cache == nil {
+		return false
+	}
+	for i, n := int64(0), (int64(obj.Size)+f.bs-1)/f.bs; i < n; i++ {
+		if !f.cache.HasBlock(&obj, i) {
+			return false
+		}
+	}
+	return true
+}
+
 // Open returns a handle reading obj, pinned to obj.Version.
 func (f *Fetcher) Open(obj bucket.Object) *Handle {
 	h := &Handle{f: f, obj: obj, key: objKey{name: obj.Name, version: obj.Version, size: obj.Size}}
