@@ -308,7 +308,6 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		// A quarter of the readahead memory at most: small files waiting
 		// for readers must not push one another out of the budget.
 		AheadBytes:  cfg.MemoryLimit / 4,
-		DiskCache:   cache != nil,
 		Cached:      fetcher.Cached,
 		MetadataTTL: cfg.MetadataTTL,
 		NegativeTTL: cfg.NegativeTTL,

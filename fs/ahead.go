@@ -166,6 +166,7 @@ func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 			return p
 		}
 		// The name holds another version now.
+		a.unused.Add(1)
 		go p.r.Close()
 		return nil
 	}

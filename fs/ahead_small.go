@@ -30,11 +30,15 @@ import (
 // at most aheadUnused; like all readahead, fetching takes only free
 // memory. A small file taken by an open stays counted until its first
 // read (a probe releases it unread, and it waits again). Not fetched: a
-// file a reader has open now, and, without a disk cache, a file read
-// before through this mount: the kernel may still have its pages, and
-// ferry cannot tell (with a disk cache, what was read is cached, and
-// opening it ahead fetches nothing). So without a disk cache only a first
-// pass is read ahead; the disk cache is what later epochs are for.
+// file a reader has open now, one the disk cache holds whole, and one
+// read before through this mount on an inode the kernel still has: the
+// kernel may still have its pages, and ferry cannot tell. So a second
+// pass on the same mount is read ahead only where the kernel forgot the
+// inodes or the files changed; later epochs are what the disk cache is
+// for. (Inferring the page cache from whether reads come through opens
+// that kept it was tried; three reviews found it fetching whole cached
+// epochs for nobody, and a disk cache that stores nothing, its volume
+// full, would have done the same.)
 //
 // A directory has up to smallRunsPerDir runs: several readers, each
 // through its own part of a directory. An open extends the nearest run
@@ -187,8 +191,7 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 			p := childPath(dir, e.name)
 			if e.kind != kindFile || e.obj.Size == 0 || e.obj.Size >= aheadMinSize ||
 				a.opening[p] || a.held[p] > 0 || a.waitingLocked(p, e.obj) ||
-				(!a.fs.diskCache && a.fs.readBefore(p, e.obj)) ||
-				(a.fs.cached != nil && a.fs.cached(e.obj)) {
+				a.fs.readBefore(p, e.obj) {
 				r.ahead = j
 				continue
 			}
@@ -213,12 +216,15 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 		a.mu.Lock()
 		closed := a.closed
 		a.mu.Unlock()
-		if !closed { // stopped: the rest are given up unopened
+		// Stopped: the rest are given up unopened. In the disk cache
+		// whole: not worth a handle.
+		cached := closed || (a.fs.cached != nil && a.fs.cached(p.obj))
+		if !cached {
 			p.r = a.openAhead(p.obj)
 		}
 		a.mu.Lock()
 		a.doneOpeningLocked(p.path)
-		drop := a.closed || !fetching(p.r) // stopped, or nothing to fetch
+		drop := a.closed || cached || !fetching(p.r) // stopped, or nothing to fetch
 		if drop {
 			a.smallFiles--
 			a.smallBytes -= int64(p.obj.Size)

@@ -38,23 +38,6 @@ func newSmallFixtureWith(t *testing.T, n, size int, put func(b *testBucket)) *ah
 	return x
 }
 
-// withDiskCache makes x's file system have a disk cache: a file read
-// before is cached, and opening it ahead fetches nothing (as
-// readahead.Handle, it is not Unread).
-func (x *aheadFixture) withDiskCache() {
-	x.fs.diskCache = true
-	inner := x.fs.ahead.openAhead
-	x.fs.ahead.openAhead = func(obj bucket.Object) ContentReader {
-		r := inner(obj).(*endReader)
-		if x.fs.readBefore(obj.Name, obj) {
-			r.mu.Lock()
-			r.read = true
-			r.mu.Unlock()
-		}
-		return r
-	}
-}
-
 func smallName(i int) string { return fmt.Sprintf("d/f%03d", i) }
 
 // openSmall opens d/f<i>, reads its head through ReadFile (as the kernel
@@ -205,8 +188,8 @@ func TestReadAheadSmallFilesBounds(t *testing.T) {
 	assert.LessOrEqual(t, y.fs.ahead.smallBytes, int64(smallAheadBytes))
 	y.fs.ahead.mu.Unlock()
 	// A probe of the next file (released unread) leaves it waiting again:
-	// a file taken stays counted until released, so nothing took its
-	// place meanwhile.
+	// a file taken stays counted until its first read or release, so
+	// nothing took its place meanwhile.
 	r, h := y.openPath(smallName(4))
 	assert.True(t, r.ahead)
 	y.release(h)
@@ -410,53 +393,46 @@ func TestReadAheadSmallFilesSkipsHeldFiles(t *testing.T) {
 	x.release(h2)
 }
 
-// Without a disk cache a second pass through a directory fetches nothing
-// ahead (the kernel may have the files' pages, and ferry cannot tell);
-// with one, files are opened ahead again (and those already cached fetch
-// nothing: see TestReadAheadSmallFilesNothingToFetch).
+// A second pass through a directory on the same mount fetches nothing
+// ahead: the kernel may have the files' pages, and ferry cannot tell.
+// Once it forgets the inodes (their pages go with them), files are
+// fetched ahead again.
 func TestReadAheadSmallFilesSecondEpoch(t *testing.T) {
-	for _, disk := range []bool{false, true} {
-		x := newSmallFixture(t, 100, 4096)
-		if disk {
-			x.fs.diskCache = true // a disk cache that kept none of it (smaller than the data)
-		}
-		for i := range 100 {
-			x.openSmall(i)
-		}
-		first := len(x.openedAhead())
-		require.Positive(t, first)
-		served := 0
-		for i := range 100 {
-			if x.openSmall(i).ahead {
-				served++
-			}
-		}
-		if disk {
-			assert.Greater(t, served, 90, "with a disk cache")
-		} else {
-			assert.Len(t, x.openedAhead(), first, "without a disk cache")
+	x := newSmallFixture(t, 100, 4096)
+	for i := range 100 {
+		x.openSmall(i)
+	}
+	first := len(x.openedAhead())
+	require.Positive(t, first)
+	for i := range 100 {
+		x.openSmall(i)
+	}
+	assert.Len(t, x.openedAhead(), first, "read before")
+	x.forgetFiles()
+	served := 0
+	for i := range 100 {
+		if x.openSmall(i).ahead {
+			served++
 		}
 	}
+	assert.Greater(t, served, 90, "the inodes forgotten")
 }
 
 // A loader that probes each file (an open and a close) before reading it:
 // the probe leaves the file waiting, the read takes it.
 func TestReadAheadSmallFilesProbeThenRead(t *testing.T) {
 	x := newSmallFixture(t, 100, 4096)
-	x.fs.diskCache = true // a disk cache that kept none of it (smaller than the data)
-	for pass := range 2 {
-		served := 0
-		for i := 0; i < 100; i += 2 { // probes of two files, then their reads
-			x.readPath(smallName(i), false)
-			x.readPath(smallName(i+1), false)
-			for _, j := range []int{i, i + 1} {
-				if x.readPath(smallName(j), true).ahead {
-					served++
-				}
+	served := 0
+	for i := 0; i < 100; i += 2 { // probes of two files, then their reads
+		x.readPath(smallName(i), false)
+		x.readPath(smallName(i+1), false)
+		for _, j := range []int{i, i + 1} {
+			if x.readPath(smallName(j), true).ahead {
+				served++
 			}
 		}
-		assert.Greater(t, served, 90, "pass %d: reads served by files fetched ahead", pass)
 	}
+	assert.Greater(t, served, 90, "reads served by files fetched ahead")
 	assert.Equal(t, x.fs.ahead.started.Load(), x.fs.ahead.taken.Load()+uint64(x.pending()), "each taken or still waiting")
 }
 
@@ -546,15 +522,15 @@ func TestReadAheadSmallFilesTwoRunsInOneDirectory(t *testing.T) {
 	}
 }
 
-// A second epoch through a small directory (with a disk cache) begins a
-// new run: its files are opened ahead again.
+// A second pass through a small directory (the inodes forgotten) begins
+// a new run: its files are opened ahead again.
 func TestReadAheadSmallFilesSmallDirectorySecondEpoch(t *testing.T) {
 	for _, n := range []int{20, 30, 60} {
 		x := newSmallFixture(t, n, 4096)
-		x.fs.diskCache = true // a disk cache that kept none of it (smaller than the data)
 		for i := range n {
 			x.openSmall(i)
 		}
+		x.forgetFiles()
 		first := len(x.openedAhead())
 		for i := range n {
 			x.openSmall(i)
@@ -564,16 +540,12 @@ func TestReadAheadSmallFilesSmallDirectorySecondEpoch(t *testing.T) {
 }
 
 // 8 readers taking files from a shared counter, in two directories at
-// once, for two epochs, with and without a disk cache: every file opened
-// ahead is taken and none is left waiting. In the second epoch, with a
-// disk cache holding everything, files are opened ahead and dropped (all
-// cached); without one nothing is opened ahead.
+// once, for two epochs: every file opened ahead is taken and none is left
+// waiting. In the second epoch nothing is opened ahead, unless the kernel
+// forgot the inodes in between.
 func TestReadAheadSmallFilesEightReaders(t *testing.T) {
-	for _, disk := range []bool{true, false} {
+	for _, forget := range []bool{true, false} {
 		x := newAheadFixture(t)
-		if disk {
-			x.withDiskCache()
-		}
 		const n = 200
 		for d := range 2 {
 			for i := range n {
@@ -601,14 +573,17 @@ func TestReadAheadSmallFilesEightReaders(t *testing.T) {
 			}
 			wg.Wait()
 			opened[epoch] = len(x.openedAhead())
+			if forget {
+				x.forgetFiles()
+			}
 		}
 		assert.Zero(t, x.pending(), "left waiting for nobody")
 		assert.Equal(t, x.fs.ahead.started.Load(), x.fs.ahead.taken.Load())
 		assert.Greater(t, served.Load(), int64(n), "epoch 1: served ahead, of %d opens", 2*n)
-		if disk {
-			assert.Greater(t, opened[1]-opened[0], n, "epoch 2: opened ahead")
+		if forget {
+			assert.Greater(t, opened[1]-opened[0], n, "epoch 2, the inodes forgotten: opened ahead")
 		} else {
-			assert.Equal(t, opened[0], opened[1], "no disk cache: nothing read before is opened ahead")
+			assert.Equal(t, opened[0], opened[1], "epoch 2: nothing read before is opened ahead")
 		}
 	}
 }
@@ -642,7 +617,6 @@ func TestReadAheadSmallFilesBatchedWorkers(t *testing.T) {
 func TestReadAheadSmallFilesStaleRunMet(t *testing.T) {
 	late := map[int]bool{20: true, 40: true, 50: true, 64: true}
 	x := newSmallFixture(t, 200, 4096)
-	x.fs.diskCache = true // a disk cache that kept none of it (smaller than the data)
 	for i := range 200 {
 		if !late[i] {
 			x.openSmall(i)
@@ -651,6 +625,7 @@ func TestReadAheadSmallFilesStaleRunMet(t *testing.T) {
 	for _, i := range []int{20, 40, 50, 64} {
 		x.openSmall(i)
 	}
+	x.forgetFiles()
 	missed := 0
 	for i := range 200 {
 		if !x.openSmall(i).ahead {
@@ -773,7 +748,6 @@ func TestReadAheadSmallFilesHandlesKeptOpen(t *testing.T) {
 // new one is replaced by the new version.
 func TestReadAheadSmallFilesNewVersionWhileWaiting(t *testing.T) {
 	x := newSmallFixture(t, 100, 4096)
-	x.fs.diskCache = true // a disk cache that kept none of it (smaller than the data)
 	for i := range 51 {
 		x.openSmall(i)
 	}
@@ -852,14 +826,11 @@ func TestReadAheadSmallFilesSecondPassAfterChange(t *testing.T) {
 }
 
 // 8 readers from a shared counter, with stalls and probes, for 3 epochs,
-// with and without a disk cache: every file opened ahead is taken, but
-// the one after the last file.
+// with and without the kernel forgetting the inodes in between: every
+// file opened ahead is taken, but the one after the last file.
 func TestReadAheadSmallFilesStress(t *testing.T) {
 	for trial := range 4 {
 		x := newSmallFixture(t, 300, 4096)
-		if trial%2 == 0 {
-			x.withDiskCache()
-		}
 		var served atomic.Int64
 		for epoch := range 3 {
 			var next atomic.Int64
@@ -889,8 +860,15 @@ func TestReadAheadSmallFilesStress(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			if trial%2 == 0 {
+				x.forgetFiles()
+			}
 		}
-		assert.Greater(t, served.Load(), int64(200), "trial %d", trial)
+		if trial%2 == 0 {
+			assert.Greater(t, served.Load(), int64(600), "trial %d: 3 epochs, the inodes forgotten after each", trial)
+		} else {
+			assert.Greater(t, served.Load(), int64(200), "trial %d", trial)
+		}
 		assert.Equal(t, x.fs.ahead.started.Load(), x.fs.ahead.taken.Load()+uint64(x.pending()))
 		x.fs.ahead.mu.Lock()
 		for _, p := range x.fs.ahead.pending {
@@ -903,7 +881,6 @@ func TestReadAheadSmallFilesStress(t *testing.T) {
 // A file the disk cache holds whole is not opened ahead at all.
 func TestReadAheadSmallFilesCachedSkipped(t *testing.T) {
 	x := newSmallFixture(t, 40, 4096)
-	x.fs.diskCache = true
 	x.fs.cached = func(obj bucket.Object) bool { return obj.Name == smallName(5) }
 	for i := range 4 {
 		x.openSmall(i)

@@ -61,13 +61,9 @@ type Config struct {
 	// may use, so that they do not push one another out. 0 (or more than
 	// 64 MiB) is 64 MiB.
 	AheadBytes int64
-	// DiskCache says that what is read is kept on local disk (filecache):
-	// small files read before are then fetched ahead too (what is cached
-	// is not fetched again), not only in a first pass (ahead_small.go).
-	// Cached, if set, reports whether it holds all of obj: such a file is
-	// not opened ahead at all.
-	DiskCache bool
-	Cached    func(obj bucket.Object) bool
+	// Cached, if set, reports whether the disk cache holds all of obj:
+	// such a small file is not opened ahead (ahead_small.go).
+	Cached func(obj bucket.Object) bool
 	// MetadataTTL applies to positive entries, listings and the kernel's
 	// entry and attribute timeouts; NegativeTTL to "no such name" entries.
 	// -1 caches forever, 0 disables caching.
@@ -98,8 +94,8 @@ const forever = 365 * 24 * time.Hour
 // fileSystem implements fuseutil.FileSystem, read-only.
 //
 // LOCK ORDER: dirHandle.mu, then fileSystem.mu, then metaCache.mu; and
-// aheader.mu, then fileSystem.mu or the block cache's lock (Config.Cached;
-// ahead_small.go). Bucket calls are never made with fileSystem.mu held.
+// aheader.mu, then fileSystem.mu (ahead_small.go). Bucket calls are never
+// made with fileSystem.mu held.
 type fileSystem struct {
 	fuseutil.NotImplementedFileSystem
 
@@ -116,7 +112,6 @@ type fileSystem struct {
 	ops *opMetrics
 
 	// Constant data
-	diskCache         bool
 	cached            func(obj bucket.Object) bool // nil: unknown
 	ttl, negTTL       time.Duration
 	uid, gid          uint32
@@ -217,7 +212,6 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		open:        cfg.Open,
 		log:         log,
 		now:         now,
-		diskCache:   cfg.DiskCache,
 		cached:      cfg.Cached,
 		ttl:         cfg.MetadataTTL,
 		negTTL:      cfg.NegativeTTL,
