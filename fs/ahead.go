@@ -102,8 +102,8 @@ type aheader struct {
 	held    map[string]int       // GUARDED_BY(mu); paths with handles open, how many
 	closed  bool                 // GUARDED_BY(mu)
 	// Small files (ahead_small.go): each directory's runs of opens, the
-	// last run's number, and the small files opened ahead (waiting, or
-	// being opened) with their bytes.
+	// last run's number, and the small files opened ahead (waiting, being
+	// opened, or taken and not read yet) with their bytes.
 	runs       map[string]*dirRuns // GUARDED_BY(mu); key: directory path
 	gen        uint64              // GUARDED_BY(mu)
 	smallFiles int                 // GUARDED_BY(mu)
@@ -129,8 +129,8 @@ func newAheader(fs *fileSystem, openAhead func(obj bucket.Object) ContentReader,
 // open is called for every file open: it returns the file opened ahead
 // for exactly obj, if there is one (the caller owns its reader now, and
 // hands it back to release), else nil; and it records the open for the
-// directory. Every open is matched by a call of closed when its handle is
-// released.
+// directory. Every open is matched by a call of handleReleased when its
+// handle is released.
 func (a *aheader) open(path string, obj bucket.Object) *aheadFile {
 	if a.openAhead == nil {
 		return nil

@@ -26,7 +26,7 @@ import (
 // Bounds: smallAheadMax files and Config.AheadBytes bytes (at most
 // smallAheadBytes) wait for readers, all directories together (a new file
 // is dropped when they are reached, unless a waiting one is stale: its
-// run ended, or the readers went on smallSpan files past it); each waits
+// run was forgotten, or went on smallSpan files past it); each waits
 // at most aheadUnused; like all readahead, fetching takes only free
 // memory. A small file taken by an open stays counted until its first
 // read (a probe releases it unread, and it waits again). Not fetched: a
@@ -129,9 +129,8 @@ type dirRuns struct {
 // stale run left behind by a few late opens does not take over a later
 // pass on the way. An open at or before the run's first open may be at
 // most smallBehind behind its furthest: further back, a new pass has
-// begun (a second epoch). An open of
-// one of the run's last recentOpens files is no step. gen numbers a new
-// run.
+// begun (a second epoch). An open of one of the run's last recentOpens
+// files is no step. gen numbers a new run.
 func (d *dirRuns) run(i int, gen func() uint64) *smallRun {
 	d.opens++
 	k, kLive, best := -1, false, 0
@@ -218,13 +217,13 @@ func (a *aheader) openedSmall(path string, obj bucket.Object) {
 		a.mu.Unlock()
 		// Stopped: the rest are given up unopened. In the disk cache
 		// whole: not worth a handle.
-		cached := closed || (a.fs.cached != nil && a.fs.cached(p.obj))
-		if !cached {
+		skip := closed || (a.fs.cached != nil && a.fs.cached(p.obj))
+		if !skip {
 			p.r = a.openAhead(p.obj)
 		}
 		a.mu.Lock()
 		a.doneOpeningLocked(p.path)
-		drop := a.closed || cached || !fetching(p.r) // stopped, or nothing to fetch
+		drop := a.closed || skip || !fetching(p.r) // stopped, cached, or nothing to fetch
 		if drop {
 			a.smallFiles--
 			a.smallBytes -= int64(p.obj.Size)
@@ -309,8 +308,7 @@ func (a *aheader) makeSmallRoomLocked(size int64) bool {
 }
 
 // evictSmallLocked closes the oldest small file waiting for a reader that
-// will not come: its directory's run ended (a new one began), or went on
-// smallSpan entries past it. It reports whether it did.
+// will not come (staleSmallLocked). It reports whether it did.
 // LOCKS_REQUIRED(a.mu)
 func (a *aheader) evictSmallLocked() bool {
 	for i, p := range a.pending {
@@ -328,8 +326,9 @@ func (a *aheader) evictSmallLocked() bool {
 }
 
 // staleSmallLocked reports whether small file p waits for a reader that
-// will not come: the run it was opened for ended, or went on smallSpan
-// entries past it. LOCKS_REQUIRED(a.mu)
+// will not come: the run it was opened for was forgotten (replaced by
+// newer runs of its directory), or went on smallSpan entries past it.
+// LOCKS_REQUIRED(a.mu)
 func (a *aheader) staleSmallLocked(p *aheadFile) bool {
 	dir, _ := splitPath(p.path)
 	if d, ok := a.runs[dir]; ok {

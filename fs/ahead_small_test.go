@@ -613,7 +613,7 @@ func TestReadAheadSmallFilesBatchedWorkers(t *testing.T) {
 }
 
 // A few late opens in epoch 1 leave a short run behind; a second pass
-// that meets it on its way keeps its own run.
+// (the inodes forgotten) that meets it on its way keeps its own run.
 func TestReadAheadSmallFilesStaleRunMet(t *testing.T) {
 	late := map[int]bool{20: true, 40: true, 50: true, 64: true}
 	x := newSmallFixture(t, 200, 4096)
@@ -795,9 +795,8 @@ func (x *aheadFixture) forgetFiles() {
 }
 
 // A second pass through a directory of more than 17 files begins a new
-// run, without a disk cache too once the kernel has forgotten the inodes,
-// or the files have new versions (nothing of them can be in its page
-// cache then).
+// run, once the kernel has forgotten the inodes or the files have new
+// versions (nothing of them can be in its page cache then).
 func TestReadAheadSmallFilesSecondPassAfterChange(t *testing.T) {
 	for _, n := range []int{20, 33, 60} {
 		for _, change := range []string{"forgotten", "rewritten"} {

@@ -719,9 +719,9 @@ type fileHandle struct {
 	obj    bucket.Object
 	reader ContentReader // safe for concurrent ReadAt
 	path   string
-	in     *inode
+	in     *inode     // its fields are GUARDED_BY(fileSystem.mu)
 	ahead  *aheadFile // what the reader was opened ahead as (ahead.go), or nil
-	// read is set by the handle's first read.
+	// read is set by the handle's first read (noteRead).
 	read atomic.Bool
 }
 
@@ -806,7 +806,7 @@ func (fs *fileSystem) readBefore(path string, obj bucket.Object) bool {
 	return in.read && in.readAt == obj.Version
 }
 
-// noteRead records the first read of h.
+// noteRead records the first read of h (for reading ahead, ahead_small.go).
 func (fs *fileSystem) noteRead(h *fileHandle) {
 	fs.mu.Lock()
 	h.in.read, h.in.readAt = true, h.obj.Version
@@ -831,7 +831,7 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if int64(len(dst)) > op.Size {
 		dst = dst[:op.Size]
 	}
-	if !h.read.Load() && !h.read.Swap(true) {
+	if fs.ahead.openAhead != nil && !h.read.Load() && !h.read.Swap(true) {
 		fs.noteRead(h)
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
