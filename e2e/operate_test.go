@@ -129,7 +129,9 @@ func TestOperateWarm(t *testing.T) {
 	require.Zero(t, code, "warm: %s%s", out, errOut)
 	var w warmReport
 	require.NoError(t, json.Unmarshal([]byte(out), &w), out)
-	assert.EqualValues(t, len(objs)+len(sub)+1, w.Files)
+	// Reading ahead of small files may have cached some before warm came
+	// to them: those count as already cached.
+	assert.EqualValues(t, len(objs)+len(sub)+1, w.Files+w.CachedFiles)
 	assert.Zero(t, w.Errors)
 	assert.Contains(t, errOut, "files", "progress bar on stderr")
 	assert.Contains(t, errOut, "MiB", "progress bar shows bytes")
