@@ -38,6 +38,23 @@ func newSmallFixtureWith(t *testing.T, n, size int, put func(b *testBucket)) *ah
 	return x
 }
 
+// newMixedFixture is an aheadFixture with dirs directories d/l0, d/l1,
+// ... of 3 large files each, and 40 small files d/f000, ... in d, listed.
+func newMixedFixture(t *testing.T, dirs int) *aheadFixture {
+	var large []string
+	for d := range dirs {
+		for f := range 3 {
+			large = append(large, fmt.Sprintf("d/l%d/%d", d, f))
+		}
+	}
+	x := newAheadFixture(t, large...)
+	for i := range 40 {
+		x.b.put(smallName(i), []byte("small"))
+	}
+	x.list()
+	return x
+}
+
 func smallName(i int) string { return fmt.Sprintf("d/f%03d", i) }
 
 // openSmall opens d/f<i>, reads its head through ReadFile (as the kernel
@@ -439,17 +456,7 @@ func TestReadAheadSmallFilesProbeThenRead(t *testing.T) {
 // Small files waiting do not take the places of large ones, nor are they
 // evicted to make room for them.
 func TestReadAheadSmallFilesAndLargeOnes(t *testing.T) {
-	var large []string
-	for d := range 5 {
-		for f := range 3 {
-			large = append(large, fmt.Sprintf("d/l%d/%d", d, f))
-		}
-	}
-	x := newAheadFixture(t, large...)
-	for i := range 40 {
-		x.b.put(smallName(i), []byte("small"))
-	}
-	x.list()
+	x := newMixedFixture(t, 5)
 	for i := range 4 {
 		x.openSmall(i)
 	}
@@ -564,7 +571,7 @@ func TestReadAheadSmallFilesEightReaders(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-							if x.openPathSmall(fmt.Sprintf("d/%d/f%03d", d, i)).ahead && epoch == 0 {
+							if x.readPath(fmt.Sprintf("d/%d/f%03d", d, i), true).ahead && epoch == 0 {
 								served.Add(1)
 							}
 						}
@@ -654,17 +661,7 @@ func TestReadAheadSmallFilesProbeThenReadAtTheBound(t *testing.T) {
 // Small files being opened ahead (counted, not yet waiting) do not let
 // more than aheadMax large files wait.
 func TestReadAheadSmallFilesLargeBoundWhileOpening(t *testing.T) {
-	var large []string
-	for d := range 6 {
-		for f := range 3 {
-			large = append(large, fmt.Sprintf("d/l%d/%d", d, f))
-		}
-	}
-	x := newAheadFixture(t, large...)
-	for i := range 40 {
-		x.b.put(smallName(i), []byte("small"))
-	}
-	x.list()
+	x := newMixedFixture(t, 6)
 	inner := x.fs.ahead.openAhead
 	entered, release := make(chan struct{}, 64), make(chan struct{})
 	x.fs.ahead.openAhead = func(obj bucket.Object) ContentReader {
@@ -708,12 +705,6 @@ func TestReadAheadSmallFilesStragglers(t *testing.T) {
 	assert.Equal(t, started, x.fs.ahead.started.Load(), "read already")
 }
 
-// openPathSmall opens path, reads its head and releases it.
-func (x *aheadFixture) openPathSmall(path string) *endReader {
-	x.t.Helper()
-	return x.readPath(path, true)
-}
-
 // Readers that keep their handles open (mmap, a cache of open files) do
 // not hold places once they have read: reading ahead goes on, in their
 // directory and in others.
@@ -737,7 +728,7 @@ func TestReadAheadSmallFilesHandlesKeptOpen(t *testing.T) {
 	assert.Greater(t, served, 190, "kept open")
 	served = 0
 	for i := range 200 {
-		if x.openPathSmall(fmt.Sprintf("d/1/f%03d", i)).ahead {
+		if x.readPath(fmt.Sprintf("d/1/f%03d", i), true).ahead {
 			served++
 		}
 	}

@@ -718,9 +718,8 @@ type fileHandle struct {
 	// Constant data
 	obj    bucket.Object
 	reader ContentReader // safe for concurrent ReadAt
-	path   string
-	in     *inode     // its fields are GUARDED_BY(fileSystem.mu)
-	ahead  *aheadFile // what the reader was opened ahead as (ahead.go), or nil
+	in     *inode        // its mutable fields are GUARDED_BY(fileSystem.mu)
+	ahead  *aheadFile    // what the reader was opened ahead as (ahead.go), or nil
 	// read is set by the handle's first read (noteRead).
 	read atomic.Bool
 }
@@ -778,7 +777,7 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	}
 	fs.ahead.watch(in.path, r)
 	fs.ahead.openedSmall(in.path, obj)
-	h := &fileHandle{obj: obj, reader: r, path: in.path, in: in, ahead: ahead}
+	h := &fileHandle{obj: obj, reader: r, in: in, ahead: ahead}
 
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -853,7 +852,7 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	if !ok {
 		return nil
 	}
-	fs.ahead.handleReleased(h.path)
+	fs.ahead.handleReleased(h.in.path)
 	if !(h.ahead != nil && fs.ahead.release(h.ahead)) {
 		h.reader.Close()
 	}
