@@ -84,7 +84,7 @@ func TestNoLostWakeupWhenReaderLetsGo(t *testing.T) {
 
 	// The reader copies its block of each part and drops its references.
 	for i, c := range chunks {
-		c.copyParts(parts[i])
+		c.copyParts(parts[i], false)
 	}
 	f.mu.Lock()
 	var refs []int

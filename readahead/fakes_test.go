@@ -61,6 +61,12 @@ type fakeBucket struct {
 	// emulation). It may block, honouring ctx.
 	pace func(ctx context.Context, n int) error
 
+	// hold, if set, is asked before a reader returns bytes at off of
+	// name: it returns where (an absolute offset past off) the bytes may
+	// flow to before it is asked again, or an error that fails the read
+	// there. It may block, honouring ctx.
+	hold func(ctx context.Context, name string, off int64) (int64, error)
+
 	inflight, maxInflight atomic.Int64
 
 	mu      sync.Mutex
@@ -169,16 +175,18 @@ func (b *fakeBucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest
 		return fail(fmt.Errorf("fake: %q version %s, want %s: %w", req.Name, version, req.Version, bucket.ErrPrecondition))
 	}
 	r := req.Range.Clip(uint64(size))
-	return &fakeReader{b: b, ctx: ctx, seed: seed, off: int64(r.Start), end: int64(r.Limit), pace: b.pace}, nil
+	return &fakeReader{b: b, ctx: ctx, name: req.Name, seed: seed, off: int64(r.Start), end: int64(r.Limit), pace: b.pace, hold: b.hold}, nil
 }
 
 type fakeReader struct {
 	b        *fakeBucket
 	ctx      context.Context
+	name     string
 	seed     int64
 	off, end int64
 	closed   bool
 	pace     func(ctx context.Context, n int) error
+	hold     func(ctx context.Context, name string, off int64) (int64, error)
 }
 
 func (r *fakeReader) Read(p []byte) (int, error) {
@@ -189,6 +197,13 @@ func (r *fakeReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n := min(int64(len(p)), r.end-r.off, 256<<10)
+	if r.hold != nil {
+		to, err := r.hold(r.ctx, r.name, r.off)
+		if err != nil {
+			return 0, err
+		}
+		n = min(n, to-r.off)
+	}
 	if r.pace != nil {
 		if err := r.pace(r.ctx, int(n)); err != nil {
 			return 0, bucket.ContextError(r.ctx, err)

@@ -101,6 +101,14 @@ type part struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed once buf or err is set
 	urgent atomic.Bool   // a demand read waits for this readahead
+	// need and early: a demand fetch whose reader wants only [start,
+	// need) of it (the rest pads the reader's range out to whole blocks)
+	// closes early as soon as those bytes have arrived, with head set to
+	// them, so the reader need not wait for the padding. The fetch goes
+	// on for the cache. early is nil for other parts.
+	need  int64
+	early chan struct{}
+	head  []byte // buf[:n] for some n >= need-start; set before early is closed
 
 	// Mutable state
 	cost  int64  // accounted bytes still held; GUARDED_BY(Fetcher.mu)
@@ -378,14 +386,36 @@ func (f *Fetcher) download(p *part) ([]byte, []uint32, error) {
 	if f.cache != nil {
 		crcs = make([]uint32, 0, p.limit-p.first)
 	}
-	n := 0
+	need := -1 // where a read stops to close p.early
+	if p.early != nil {
+		need = int(p.need - p.start)
+	}
+	n, crc := 0, uint32(0)
 	for n < len(buf) && err == nil {
-		var m int
-		m, err = io.ReadFull(rc, buf[n:min(n+int(f.bs), len(buf))])
-		if crcs != nil && err == nil {
-			crcs = append(crcs, crc32.Checksum(buf[n:n+m], castagnoli))
+		blockEnd := min(alignDown(int64(n), f.bs)+f.bs, int64(len(buf)))
+		stop := int(blockEnd)
+		if need > n && need < stop {
+			stop = need
 		}
-		n += m
+		var m int
+		m, err = io.ReadFull(rc, buf[n:stop])
+		if err != nil {
+			n += m
+			break
+		}
+		if crcs != nil {
+			crc = crc32.Update(crc, castagnoli, buf[n:stop])
+			if stop == int(blockEnd) {
+				crcs = append(crcs, crc)
+				crc = 0
+			}
+		}
+		n = stop
+		if need >= 0 && n >= need {
+			p.head = buf[:n]
+			close(p.early)
+			need = -1
+		}
 	}
 	f.stats.bytesFetched.Add(int64(n))
 	_ = rc.Close() // every byte we asked for has arrived (or err says why not)
@@ -406,9 +436,15 @@ func (f *Fetcher) fail(p *part, buf []byte, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p.err = err
-	f.pool.put(buf)
-	f.budget.Release(p.cost)
-	p.cost = 0
+	if p.head != nil {
+		// Its reader may still be copying from the head it was given: the
+		// buffer goes (and its memory with it) with the last reference.
+		p.buf = buf
+	} else {
+		f.pool.put(buf)
+		f.budget.Release(p.cost)
+		p.cost = 0
+	}
 	if p.spec {
 		f.stats.specFailed.Add(1)
 		f.log.Debug("readahead failed", "object", p.obj.Name, "start", p.start, "end", p.end, "err", err)

@@ -111,8 +111,8 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 // Close cancels the handle's readahead, waits for its fetches (a demand
-// fetch's cache write may outlive the read) and frees the memory it
-// holds. Reads after Close fail with ErrClosed.
+// fetch may outlive its read: the padding of its last block, and the
+// cache write) and frees the memory it holds. Reads after Close fail with ErrClosed.
 func (h *Handle) Close() {
 	h.mu.Lock()
 	if h.closed.Load() {
@@ -416,7 +416,7 @@ func (f *Fetcher) readChunk(ctx context.Context, h *Handle, dst []byte, cs, ce i
 		}
 		// Memory first; note the blocks whose fetch is in flight.
 		parts, inflight, _ := c.lookup(false)
-		c.copyParts(parts)
+		c.copyParts(parts, false)
 		if f.cache != nil {
 			if err := c.readCache(ctx, inflight); err != nil {
 				return err
@@ -492,8 +492,9 @@ func (c *chunk) lookup(takeInflight bool) (parts []*part, inflight []bool, missi
 	return parts, inflight, missing
 }
 
-// copyParts copies from done parts and drops the references.
-func (c *chunk) copyParts(parts []*part) {
+// copyParts copies from done parts, or from the heads of parts of ours
+// that delivered early, and drops the references.
+func (c *chunk) copyParts(parts []*part, head bool) {
 	if len(parts) == 0 {
 		return
 	}
@@ -509,7 +510,11 @@ func (c *chunk) copyParts(parts []*part) {
 				continue
 			}
 			_, _, lo, hi := c.blockRange(i)
-			copy(c.dst[lo-c.cs:hi-c.cs], p.buf[lo-p.start:hi-p.start])
+			src := p.head
+			if !head {
+				src = p.buf
+			}
+			copy(c.dst[lo-c.cs:hi-c.cs], src[lo-p.start:hi-p.start])
 			c.filled[j] = true
 			c.left--
 			switch {
@@ -709,7 +714,18 @@ func (c *chunk) claim(ctx context.Context, missing, extras []int64, deferOK bool
 	for _, r := range c.runs(free, want) {
 		p := f.newPart(c.h, r[0], r[1], false, keep)
 		p.refs++ // ours
-		p.ctx, p.cancel = context.WithCancel(ctx)
+		pctx := ctx
+		if !keep {
+			// The reader takes its bytes as soon as they are in (see
+			// part.early) and its read's context ends with the reply
+			// (jacobsa/fuse cancels it), while the fetch goes on for
+			// the cache: wait cancels the fetch if the reader gives up
+			// before that.
+			p.need = min(p.end, c.ce)
+			p.early = make(chan struct{})
+			pctx = context.WithoutCancel(ctx)
+		}
+		p.ctx, p.cancel = context.WithCancel(pctx)
 		stop := context.AfterFunc(f.ctx, p.cancel)
 		cancel := p.cancel
 		p.cancel = func() { stop(); cancel() }
@@ -751,14 +767,38 @@ func (c *chunk) runBytes(r [2]int64) int64 {
 // else's cancelled or speculative fetch just sends us round again.
 func (c *chunk) wait(ctx context.Context, parts, own []*part) (failures int, err error) {
 	for k, p := range parts {
+		var early chan struct{} // never ready unless p is ours
+		if slices.Contains(own, p) {
+			early = p.early
+		}
 		select {
+		case <-early:
+			// Also when the padding failed after: the bytes are good.
+			c.copyParts([]*part{p}, true)
+			continue
+		default:
+		}
+		select {
+		case <-early:
+			c.copyParts([]*part{p}, true)
+			continue
 		case <-p.done:
 		case <-ctx.Done():
+			// Our fetches outlive our read only once they have
+			// delivered (see claim); the others stop, and anyone
+			// else waiting for them goes round again.
+			for _, q := range own {
+				select {
+				case <-q.early:
+				default:
+					q.cancel()
+				}
+			}
 			c.unref(parts[k:])
 			return failures, bucket.ContextError(ctx, ctx.Err())
 		}
 		if p.err == nil {
-			c.copyParts([]*part{p})
+			c.copyParts([]*part{p}, false)
 			continue
 		}
 		c.unref([]*part{p})

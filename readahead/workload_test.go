@@ -141,6 +141,138 @@ func TestRandomReadFetchesOnlyMissingBlocks(t *testing.T) {
 	}, newRanges)
 }
 
+// earlyRead reads [off, end) of a 4 MiB object once on a fresh handle,
+// from a store whose body stops at end (the padding of the request out to
+// whole blocks follows) until release is closed; then it does what
+// after says with that. It fails the test if the read is not answered
+// while the padding is held.
+func earlyRead(t *testing.T, b *fakeBucket, f *Fetcher, obj bucket.Object, off, end int64, after func(at int64) (int64, error)) *Handle {
+	t.Helper()
+	b.hold = func(ctx context.Context, name string, at int64) (int64, error) {
+		if at < end {
+			return end, nil
+		}
+		return after(at)
+	}
+	h := f.Open(obj)
+	p := make([]byte, end-off)
+	type result struct {
+		n   int
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		n, err := h.ReadAt(ctx, p, off)
+		cancel() // as jacobsa/fuse does once the read is answered
+		res <- result{n, err}
+	}()
+	select {
+	case r := <-res:
+		require.NoError(t, r.err)
+		require.Equal(t, int(end-off), r.n)
+		require.Equal(t, want(b.seed(obj.Name), off, end-off), p)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the read was not answered before the padding of its request arrived")
+	}
+	return h
+}
+
+// A random read fetches whole blocks, but its reader is answered as soon
+// as its own bytes are in, not after the padding up to the block end; the
+// fetch goes on, and the cache gets every block of it, once.
+func TestDemandReadAnsweredBeforeItsPadding(t *testing.T) {
+	b := newFakeBucket()
+	cache := newMemCache(64 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
+	obj := b.put("o", 4*MiB)
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open() // never leave the fetch (and Close) hanging
+	// Blocks 1..4, [64 KiB, 320 KiB): the reader's bytes end 20 KiB short.
+	h := earlyRead(t, b, f, obj, 100*KiB+5, 300*KiB, func(at int64) (int64, error) {
+		<-release
+		return 4 * MiB, nil
+	})
+	for i := int64(1); i <= 4; i++ {
+		assert.False(t, cache.HasBlock(&obj, i), "block %d cached before its bytes arrived", i)
+	}
+	open()
+	h.Close() // waits for the fetch and its cache write
+	assert.Equal(t, []bucket.ByteRange{{Start: 64 << 10, Limit: 320 << 10}}, b.ranges("o"))
+	for i := int64(1); i <= 4; i++ {
+		assert.True(t, cache.HasBlock(&obj, i), "block %d", i)
+	}
+	h = f.Open(obj)
+	readCheck(t, b, h, 64*KiB, 256*KiB)
+	h.Close()
+	assert.Len(t, b.requests(), 1, "read again from the cache")
+	assert.Equal(t, 1, cache.maxWrites())
+	assert.Zero(t, f.Stats().BudgetInUse)
+}
+
+// If the padding never arrives, the reader has its bytes anyway; nothing
+// of that request is cached, its memory comes back, and the next read
+// fetches the blocks again.
+func TestDemandReadAnsweredBeforeItsPaddingFails(t *testing.T) {
+	b := newFakeBucket()
+	cache := newMemCache(64 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
+	obj := b.put("o", 4*MiB)
+	var failed atomic.Bool
+	h := earlyRead(t, b, f, obj, 100*KiB+5, 300*KiB, func(at int64) (int64, error) {
+		if failed.CompareAndSwap(false, true) {
+			return 0, fmt.Errorf("fake: connection reset: %w", bucket.ErrUnavailable)
+		}
+		return 4 * MiB, nil
+	})
+	h.Close()
+	assert.True(t, failed.Load())
+	for i := int64(1); i <= 4; i++ {
+		assert.False(t, cache.HasBlock(&obj, i), "block %d cached from a failed request", i)
+	}
+	assert.Zero(t, f.Stats().BudgetInUse, "the failed request's buffer is still accounted")
+	h = f.Open(obj)
+	readCheck(t, b, h, 64*KiB, 256*KiB)
+	h.Close()
+	assert.Len(t, b.requests(), 2)
+	for i := int64(1); i <= 4; i++ {
+		assert.True(t, cache.HasBlock(&obj, i), "block %d", i)
+	}
+}
+
+// A read given up before its bytes arrive (an interrupted syscall) stops
+// its request: the fetch that would outlive an answered read must not
+// outlive an abandoned one, nor hold up Close.
+func TestDemandReadCancelledStopsItsFetch(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
+	obj := b.put("o", 4*MiB)
+	b.hold = func(ctx context.Context, name string, at int64) (int64, error) {
+		<-ctx.Done() // a store that never sends a byte
+		return 0, ctx.Err()
+	}
+	h := f.Open(obj)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() {
+		_, err := h.ReadAt(ctx, make([]byte, 200*KiB), 100*KiB+5)
+		res <- err
+	}()
+	require.Eventually(t, func() bool { return b.inflight.Load() == 1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	assert.ErrorIs(t, <-res, bucket.ErrCanceled)
+	closed := make(chan struct{})
+	go func() { h.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for the request of a cancelled read")
+	}
+	assert.Zero(t, b.inflight.Load())
+}
+
 func TestSmallObjectOneRequest(t *testing.T) {
 	for _, withCache := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cache=%v", withCache), func(t *testing.T) {
