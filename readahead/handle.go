@@ -773,29 +773,19 @@ func (c *chunk) wait(ctx context.Context, parts, own []*part) (failures int, err
 		}
 		select {
 		case <-early:
-			// Also when the padding failed after: the bytes are good.
-			c.copyParts([]*part{p}, true)
-			continue
-		default:
-		}
-		select {
-		case <-early:
 			c.copyParts([]*part{p}, true)
 			continue
 		case <-p.done:
 		case <-ctx.Done():
-			// Our fetches outlive our read only once they have
-			// delivered (see claim); the others stop, and anyone
-			// else waiting for them goes round again.
-			for _, q := range own {
-				select {
-				case <-q.early:
-				default:
-					q.cancel()
-				}
-			}
+			stopUndelivered(own)
 			c.unref(parts[k:])
 			return failures, bucket.ContextError(ctx, ctx.Err())
+		}
+		select {
+		case <-early: // closed before done: the padding failed, the bytes are good
+			c.copyParts([]*part{p}, true)
+			continue
+		default:
 		}
 		if p.err == nil {
 			c.copyParts([]*part{p}, false)
@@ -803,12 +793,27 @@ func (c *chunk) wait(ctx context.Context, parts, own []*part) (failures int, err
 		}
 		c.unref([]*part{p})
 		if slices.Contains(own, p) || (!p.spec && !errors.Is(p.err, bucket.ErrCanceled)) {
+			stopUndelivered(own)
 			c.unref(parts[k+1:])
 			return failures, p.err
 		}
 		failures++
 	}
 	return failures, nil
+}
+
+// stopUndelivered cancels the fetches of a read that gives up (its
+// context ended, or a fetch failed): they outlive the read only once they
+// have delivered (see claim). Anyone else waiting for them goes round
+// again.
+func stopUndelivered(own []*part) {
+	for _, p := range own {
+		select {
+		case <-p.early:
+		default:
+			p.cancel()
+		}
+	}
 }
 
 // willReader is implemented by caches (filecache.Store) that can start

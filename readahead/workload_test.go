@@ -273,6 +273,81 @@ func TestDemandReadCancelledStopsItsFetch(t *testing.T) {
 	assert.Zero(t, b.inflight.Load())
 }
 
+// A read whose first fetch fails gives up at once; its other fetches,
+// still waiting for the store, stop with it rather than holding memory
+// and Close until the store times out.
+func TestDemandReadFailureStopsItsOtherFetches(t *testing.T) {
+	b := newFakeBucket()
+	cache := newMemCache(64 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
+	obj := b.put("o", 4*MiB)
+	h := f.Open(obj)
+	readCheck(t, b, h, 128*KiB, 64*KiB) // block 2 cached
+	h.Close()
+	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
+		switch req.Range.Start {
+		case 64 << 10:
+			return fmt.Errorf("fake: connection reset: %w", bucket.ErrUnavailable)
+		case 192 << 10:
+			<-ctx.Done() // a store that never answers
+			return ctx.Err()
+		}
+		return nil
+	}
+	h = f.Open(obj)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := h.ReadAt(ctx, make([]byte, 130*KiB), 100*KiB) // blocks 1 and 3 missing: two requests
+	cancel()
+	require.ErrorIs(t, err, bucket.ErrUnavailable)
+	closed := make(chan struct{})
+	go func() { h.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for a request of a read that failed")
+	}
+	assert.Zero(t, b.inflight.Load())
+	assert.Zero(t, f.Stats().BudgetInUse)
+}
+
+// A fetch that delivered its reader's bytes and then failed in the
+// padding keeps its buffer, still accounted, until the reader has copied
+// out of it: returned to the pool at once, another fetch could overwrite
+// it under the reader.
+func TestDeliveredBufferOutlivesFailedPadding(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
+	obj := b.put("o", 4*MiB)
+	const cs, ce = 100*KiB + 5, 300 * KiB // blocks 1..4
+	b.hold = func(ctx context.Context, name string, at int64) (int64, error) {
+		if at < ce {
+			return ce, nil
+		}
+		return 0, fmt.Errorf("fake: connection reset: %w", bucket.ErrUnavailable)
+	}
+	h := f.Open(obj)
+	defer h.Close()
+	c := &chunk{f: f, h: h, dst: make([]byte, ce-cs), cs: cs, ce: ce, b0: 1, filled: make([]bool, 4), left: 4}
+	ctx := context.Background()
+	own, more, err := c.claim(ctx, []int64{1, 2, 3, 4}, nil, false)
+	require.NoError(t, err)
+	require.Len(t, own, 1)
+	require.Empty(t, more)
+	<-own[0].done // the padding failed; the reader has not copied yet
+	require.Error(t, own[0].err)
+	f.mu.Lock()
+	cost := own[0].cost
+	f.mu.Unlock()
+	assert.Positive(t, cost)
+	assert.Equal(t, cost, f.Stats().BudgetInUse, "the reader's buffer is no longer accounted")
+	n, err := c.wait(ctx, own, own)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	assert.Zero(t, c.left)
+	assert.Equal(t, want(b.seed("o"), cs, ce-cs), c.dst)
+	assert.Zero(t, f.Stats().BudgetInUse)
+}
+
 func TestSmallObjectOneRequest(t *testing.T) {
 	for _, withCache := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cache=%v", withCache), func(t *testing.T) {
