@@ -112,7 +112,8 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 
 // Close cancels the handle's readahead, waits for its fetches (a demand
 // fetch may outlive its read: the padding of its last block, and the
-// cache write) and frees the memory it holds. Reads after Close fail with ErrClosed.
+// cache write) and frees the memory it holds. Reads after Close fail
+// with ErrClosed.
 func (h *Handle) Close() {
 	h.mu.Lock()
 	if h.closed.Load() {
@@ -782,7 +783,7 @@ func (c *chunk) wait(ctx context.Context, parts, own []*part) (failures int, err
 			return failures, bucket.ContextError(ctx, ctx.Err())
 		}
 		select {
-		case <-early: // closed before done: the padding failed, the bytes are good
+		case <-early: // closed before done: our bytes are good, whatever became of the padding
 			c.copyParts([]*part{p}, true)
 			continue
 		default:
