@@ -141,11 +141,11 @@ func TestRandomReadFetchesOnlyMissingBlocks(t *testing.T) {
 	}, newRanges)
 }
 
-// earlyRead reads [off, end) of a 4 MiB object once on a fresh handle,
-// from a store whose body stops at end (the padding of the request out to
-// whole blocks follows) until release is closed; then it does what
-// after says with that. It fails the test if the read is not answered
-// while the padding is held.
+// earlyRead reads [off, end) of obj once through a new handle, which it
+// returns open. The store sends each body up to end; after, given the
+// request's context, decides what comes next (the padding out to whole
+// blocks): it may block, fail or let the rest flow. earlyRead fails the
+// test unless the read is answered, right, whatever after does.
 func earlyRead(t *testing.T, b *fakeBucket, f *Fetcher, obj bucket.Object, off, end int64, after func(ctx context.Context, at int64) (int64, error)) *Handle {
 	t.Helper()
 	b.hold = func(ctx context.Context, name string, at int64) (int64, error) {
