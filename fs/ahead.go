@@ -314,14 +314,23 @@ func (a *aheader) addLocked(p *aheadFile) {
 	a.pending = append(a.pending, p)
 }
 
-// evictStaleLocked closes the oldest waiting file whose directory's reader
-// has moved on to another file (stopped, or skipped it), so that it does
-// not hold a place for the rest of its wait. It reports whether it did.
-// LOCKS_REQUIRED(a.mu)
+// evictStaleLocked closes the oldest waiting large file whose directory's
+// reader has moved on to another file (stopped, or skipped it), so that
+// it does not hold a place for the rest of its wait. It reports whether
+// it did. LOCKS_REQUIRED(a.mu)
 func (a *aheader) evictStaleLocked() bool {
-	for i, p := range a.pending {
+	return a.evictFirstLocked(func(p *aheadFile) bool {
 		dir, _ := splitPath(p.path)
-		if !p.small && a.opens[dir].cur != p.after {
+		return !p.small && a.opens[dir].cur != p.after
+	})
+}
+
+// evictFirstLocked closes the oldest waiting file for which stale is
+// true, counting it unused. It reports whether there was one.
+// LOCKS_REQUIRED(a.mu)
+func (a *aheader) evictFirstLocked(stale func(p *aheadFile) bool) bool {
+	for i, p := range a.pending {
+		if stale(p) {
 			a.removeLocked(i)
 			a.unused.Add(1)
 			go p.r.Close()

@@ -311,18 +311,7 @@ func (a *aheader) makeSmallRoomLocked(size int64) bool {
 // will not come (staleSmallLocked). It reports whether it did.
 // LOCKS_REQUIRED(a.mu)
 func (a *aheader) evictSmallLocked() bool {
-	for i, p := range a.pending {
-		if !p.small {
-			continue
-		}
-		if a.staleSmallLocked(p) {
-			a.removeLocked(i)
-			a.unused.Add(1)
-			go p.r.Close()
-			return true
-		}
-	}
-	return false
+	return a.evictFirstLocked(func(p *aheadFile) bool { return p.small && a.staleSmallLocked(p) })
 }
 
 // staleSmallLocked reports whether small file p waits for a reader that
