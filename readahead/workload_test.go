@@ -246,6 +246,19 @@ func TestDemandReadAnsweredBeforeItsPaddingFails(t *testing.T) {
 	}
 }
 
+// closeWithin closes h, failing the test with msg if Close has not
+// returned after 20 s (it waits for the handle's fetches).
+func closeWithin(t *testing.T, h *Handle, msg string) {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() { h.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal(msg)
+	}
+}
+
 // A read given up before its bytes arrive (an interrupted syscall) stops
 // its request: the fetch that would outlive an answered read must not
 // outlive an abandoned one, nor hold up Close.
@@ -267,13 +280,7 @@ func TestDemandReadCancelledStopsItsFetch(t *testing.T) {
 	require.Eventually(t, func() bool { return b.inflight.Load() == 1 }, 10*time.Second, time.Millisecond)
 	cancel()
 	assert.ErrorIs(t, <-res, bucket.ErrCanceled)
-	closed := make(chan struct{})
-	go func() { h.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close waits for the request of a cancelled read")
-	}
+	closeWithin(t, h, "Close waits for the request of a cancelled read")
 	assert.Zero(t, b.inflight.Load())
 }
 
@@ -303,13 +310,7 @@ func TestDemandReadFailureStopsItsOtherFetches(t *testing.T) {
 	_, err := h.ReadAt(ctx, make([]byte, 130*KiB), 100*KiB) // blocks 1 and 3 missing: two requests
 	cancel()
 	require.ErrorIs(t, err, bucket.ErrUnavailable)
-	closed := make(chan struct{})
-	go func() { h.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close waits for a request of a read that failed")
-	}
+	closeWithin(t, h, "Close waits for a request of a read that failed")
 	assert.Zero(t, b.inflight.Load())
 	assert.Zero(t, f.Stats().BudgetInUse)
 }
