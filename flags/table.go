@@ -124,7 +124,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "read-ahead-files", Fstab: "read_ahead_files", Kind: Bool, Default: "true", Category: catPerf,
-		Usage: "when files of a directory are read in listing order, fetch ahead: for large files (8MiB and more, three in a row, or its first two), the first window of the next one (at most 64MiB) while the current one finishes; for smaller ones (opens following the listing), the next 16 files whole; a file nobody opens within 30s is dropped; =false turns it off",
+		Usage: "when files of a directory are read in listing order, fetch ahead: for large files (8MiB and more, three in a row, or from the first file on, opened first), the first window of the next one (at most 64MiB) while the current one finishes; for smaller ones (opens following the listing), the next 16 files whole; a file nobody opens within 30s is dropped; =false turns it off",
 		set:   func(c *Config, s string) error { c.ReadAheadFiles = s == "true"; return nil }},
 
 	// Metadata.

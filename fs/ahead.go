@@ -18,16 +18,20 @@ import (
 //
 // So when a file's sequential readahead drains at its end, and that file
 // and the two opened before it in the same directory are consecutive in
-// the directory's listing (the second file counts if the first was the
-// first opened there), the file after it is opened ahead: its first
+// the directory's listing, the file after it is opened ahead: its first
 // window is fetched while the reader finishes the current one, and the
-// reader's open of that file takes over the handle. A reader in shuffled
-// order rarely opens three neighbours in a row, and random reads never
-// reach the end of a file's readahead, so neither triggers it.
+// reader's open of that file takes over the handle. At the start of the
+// listing fewer opens count: its first file, if it was the first opened
+// in the directory, or its first two, opened first and in order (a loader
+// starting a directory from its first shard). A reader in shuffled order
+// rarely opens three neighbours in a row, or the first file first, and
+// random reads never reach the end of a file's readahead, so neither
+// triggers it often.
 //
 // Best effort throughout: it needs a fresh listing of the directory (if
-// there is none, the first file read to its end starts one in the
-// background, like lookup misses do, see prefetch.go), the next file must be
+// there is none, the first file opened in the directory starts one in the
+// background when it is read from its start, and any file read to its end
+// does, like lookup misses do, see prefetch.go), the next file must be
 // large enough to be read ahead at all, the readahead takes only free
 // memory (and gives it back to other readahead until its reader comes),
 // at most aheadMax large files wait for their readers (a new one is dropped,
@@ -267,6 +271,25 @@ func (a *aheader) atEnd(path string) {
 	a.mu.Unlock()
 }
 
+// readFromStart is called on the first read of a handle of path, a large
+// file, when that read is at offset 0. If path is the first file opened in
+// its directory and the directory has no fresh listing, one is started in
+// the background: should the reader go on to the end of the file, the
+// listing says by then which file comes next (atEnd). Started at the end,
+// it would come a round trip too late for the first file boundary.
+func (a *aheader) readFromStart(path string) {
+	dir, name := splitPath(path)
+	a.mu.Lock()
+	last := a.opens[dir]
+	a.mu.Unlock()
+	if last.cur != name || last.prev != "" {
+		return
+	}
+	if _, ok := a.fs.cache.listing(dir); !ok {
+		a.fs.prefetch.want(dir)
+	}
+}
+
 // fetching reports whether r, just opened ahead, is fetching anything:
 // with the file cached already, or no memory free, it is not worth
 // keeping.
@@ -380,8 +403,9 @@ func (a *aheader) release(p *aheadFile) bool {
 
 // nextFile returns the file after last.cur in entries (a listing) if
 // last.before, last.prev and last.cur are the files before it, in order;
-// before may be "" if prev is the first file. Directories do not count
-// (and may sit out of order between a listing's pages, files never do).
+// at the listing's start the opens before its first file are "" (none).
+// Directories do not count (and may sit out of order between a listing's
+// pages, files never do).
 func nextFile(entries []dirEntry, last lastOpens) (dirEntry, bool) {
 	var p2, p1 string // the two files before entries[i] in the listing
 	found := false
@@ -393,7 +417,7 @@ func nextFile(entries []dirEntry, last lastOpens) (dirEntry, bool) {
 			return e, true
 		}
 		if e.name == last.cur {
-			if p1 == "" || p1 != last.prev || p2 != last.before {
+			if p1 != last.prev || p2 != last.before {
 				return dirEntry{}, false
 			}
 			found = true

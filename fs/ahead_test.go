@@ -177,50 +177,54 @@ func TestReadAheadAcrossFiles(t *testing.T) {
 
 	r0 := x.open("0")
 	r0.end()
-	assert.Empty(t, x.openedAhead(), "one file read is no order yet")
-	r1 := x.open("1")
-	r1.end()
-	require.Equal(t, []string{"d/2"}, x.openedAhead(), "the first two files, opened first: 2 is opened ahead")
-	r1.end()
+	require.Equal(t, []string{"d/1"}, x.openedAhead(), "the listing's first file, opened first: 1 is opened ahead")
+	r0.end()
 	assert.Len(t, x.openedAhead(), 1, "once")
+	r1 := x.open("1")
+	assert.True(t, r1.ahead, "the open takes over the reader opened ahead")
+	assert.False(t, r1.isClosed())
+	r1.end()
+	require.Equal(t, []string{"d/1", "d/2"}, x.openedAhead(), "the first two files, opened first: 2 is opened ahead")
 
 	r2 := x.open("2")
-	assert.True(t, r2.ahead, "the open takes over the reader opened ahead")
-	assert.False(t, r2.isClosed())
+	assert.True(t, r2.ahead)
 	r2.end()
-	assert.Equal(t, []string{"d/2", "d/3"}, x.openedAhead(), "0, 1, 2: 3 is opened ahead")
+	assert.Equal(t, []string{"d/1", "d/2", "d/3"}, x.openedAhead(), "0, 1, 2: 3 is opened ahead")
 	r3 := x.open("3")
 	assert.True(t, r3.ahead)
 	r3.end()
-	assert.Equal(t, []string{"d/2", "d/3", "d/4"}, x.openedAhead(), "and so on")
-	assert.Equal(t, uint64(3), x.fs.ahead.started.Load())
-	assert.Equal(t, uint64(2), x.fs.ahead.taken.Load())
+	assert.Equal(t, []string{"d/1", "d/2", "d/3", "d/4"}, x.openedAhead(), "and so on")
+	assert.Equal(t, uint64(4), x.fs.ahead.started.Load())
+	assert.Equal(t, uint64(3), x.fs.ahead.taken.Load())
 
 	// Out of order: 1 after 3 (4 was opened ahead, not taken yet).
 	r1 = x.open("1")
 	assert.False(t, r1.ahead)
 	r1.end()
-	assert.Len(t, x.openedAhead(), 3, "3 then 1 are not neighbours")
+	assert.Len(t, x.openedAhead(), 4, "3 then 1 are not neighbours")
 	x.open("2").end()
-	assert.Len(t, x.openedAhead(), 3, "3, 1, 2: one step is not enough")
+	assert.Len(t, x.openedAhead(), 4, "3, 1, 2: one step is not enough")
+	x.open("0").end()
+	assert.Len(t, x.openedAhead(), 4, "the first file counts alone only if it was the first opened")
 
 	// A reader of 3 whose readahead ends after another file was opened:
 	// the directory's last open is not 3 any more.
 	r3 = x.open("3")
 	x.open("small")
 	r3.end()
-	assert.Len(t, x.openedAhead(), 3)
+	assert.Len(t, x.openedAhead(), 4)
 }
 
 // Reading a file twice in a row (a probe, then the read) is one step.
 func TestReadAheadAcrossFilesTwoOpensPerFile(t *testing.T) {
 	x := newAheadFixture(t, "d/0", "d/1", "d/2", "d/3")
 	x.list()
-	for _, n := range []string{"0", "1"} {
-		x.open(n)
-		x.open(n).end()
-	}
-	assert.Equal(t, []string{"d/2"}, x.openedAhead())
+	x.open("0")
+	x.open("0").end()
+	assert.Equal(t, []string{"d/1"}, x.openedAhead())
+	x.open("1")
+	x.open("1").end()
+	assert.Equal(t, []string{"d/1", "d/2"}, x.openedAhead())
 }
 
 // The first files opened in a directory but not its first files say
@@ -231,6 +235,8 @@ func TestReadAheadAcrossFilesFirstOpensInTheMiddle(t *testing.T) {
 	x.open("1")
 	x.open("2").end()
 	assert.Empty(t, x.openedAhead())
+	x.open("0").end()
+	assert.Empty(t, x.openedAhead(), "the first file, but not the first opened")
 }
 
 func TestReadAheadAcrossFilesNeedsTheListing(t *testing.T) {
@@ -249,6 +255,49 @@ func TestReadAheadAcrossFilesNeedsTheListing(t *testing.T) {
 	_, ok := x.fs.cache.listing("d")
 	assert.False(t, ok, "2 then 1: names going down start no listing")
 	assert.Len(t, x.openedAhead(), 1)
+}
+
+// The first file opened in a directory, read from its start, lists the
+// directory in the background, so that its own end already opens the
+// next file: listed at the end, it would come too late for that boundary.
+func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
+	read := func(x *aheadFixture, h fuseops.HandleID, off int64) {
+		op := &fuseops.ReadFileOp{Handle: h, Offset: off, Size: 4096, Dst: make([]byte, 4096)}
+		require.NoError(t, x.fs.ReadFile(context.Background(), op))
+	}
+	listed := func(x *aheadFixture) bool {
+		x.fs.prefetch.wg.Wait() // any listing started (not stop: it would cancel it)
+		_, ok := x.fs.cache.listing("d")
+		return ok
+	}
+
+	x := newAheadFixture(t, "d/0", "d/1", "d/2")
+	x.fs.prefetch.enabled = true
+	r0, h := x.openH("0")
+	read(x, h, 0)
+	require.Eventually(t, func() bool { _, ok := x.fs.cache.listing("d"); return ok }, 5*time.Second, time.Millisecond,
+		"the first file opened, read from its start, lists its directory")
+	r0.end()
+	assert.Equal(t, []string{"d/1"}, x.openedAhead(), "at its end the next file is opened ahead")
+
+	x = newAheadFixture(t, "d/0", "d/1", "d/2")
+	x.fs.prefetch.enabled = true
+	_, h = x.openH("0")
+	read(x, h, 4096)
+	assert.False(t, listed(x), "a first read elsewhere than the start lists nothing")
+
+	x = newAheadFixture(t, "d/0", "d/1", "d/2")
+	x.fs.prefetch.enabled = true
+	x.open("2")
+	_, h = x.openH("1")
+	read(x, h, 0)
+	assert.False(t, listed(x), "nor does the second file opened")
+
+	x = newAheadFixture(t, "d/0", "d/1", "d/2")
+	x.fs.prefetch.enabled = true
+	_, h = x.openH("small")
+	read(x, h, 0)
+	assert.False(t, listed(x), "nor does a small file (fetched whole by its first read)")
 }
 
 func TestReadAheadAcrossFilesSkipsSmallFiles(t *testing.T) {

@@ -832,6 +832,9 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	}
 	if fs.ahead.openAhead != nil && !h.read.Load() && !h.read.Swap(true) {
 		fs.noteRead(h)
+		if op.Offset == 0 && h.obj.Size >= aheadMinSize {
+			fs.ahead.readFromStart(h.in.path)
+		}
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
