@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -356,6 +357,14 @@ func startForeground(t *testing.T, wrap ...string) (cmd *exec.Cmd, exited <-chan
 // TestForegroundSIGHUPUnmounts: a foreground ferry whose terminal goes
 // away (SIGHUP) unmounts and exits instead of leaving a dead mount.
 func TestForegroundSIGHUPUnmounts(t *testing.T) {
+	if signal.Ignored(syscall.SIGHUP) {
+		// The tests run under nohup: ferry would inherit the ignored
+		// SIGHUP and rightly keep serving. A signal caught here is reset
+		// to its default in the child that exec starts.
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGHUP)
+		defer signal.Stop(c)
+	}
 	cmd, exited, dir, logs := startForeground(t)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
