@@ -30,8 +30,9 @@ import (
 //
 // Best effort throughout: it needs a fresh listing of the directory (if
 // there is none, the first file opened in the directory starts one in the
-// background when it is read from its start, and any file read to its end
-// does, like lookup misses do, see prefetch.go), the next file must be
+// background once it has been read from its start to aheadListAfter, and
+// any file read to its end does, like lookup misses do, see prefetch.go),
+// the next file must be
 // large enough to be read ahead at all, the readahead takes only free
 // memory (and gives it back to other readahead until its reader comes),
 // at most aheadMax large files wait for their readers (a new one is dropped,
@@ -43,6 +44,10 @@ const (
 	// their first read); they are read ahead by the rule for small files
 	// (ahead_small.go).
 	aheadMinSize = 8 << 20
+	// aheadListAfter: a file read from its start this far is read on, not
+	// probed (file, head, a header check read far less), so its directory
+	// is worth listing for its end (readOnFromStart).
+	aheadListAfter = 4 << 20
 	// aheadUnused is how long a file opened ahead waits for its reader.
 	aheadUnused = 30 * time.Second
 	// aheadMax bounds files opened ahead and not yet taken, for all
@@ -271,13 +276,14 @@ func (a *aheader) atEnd(path string) {
 	a.mu.Unlock()
 }
 
-// readFromStart is called on the first read of a handle of path, a large
-// file, when that read is at offset 0. If path is the first file opened in
-// its directory and the directory has no fresh listing, one is started in
-// the background: should the reader go on to the end of the file, the
-// listing says by then which file comes next (atEnd). Started at the end,
-// it would come a round trip too late for the first file boundary.
-func (a *aheader) readFromStart(path string) {
+// readOnFromStart is called once a handle of path, a large file first read
+// at offset 0, is read at aheadListAfter or beyond. If path is the first
+// file opened in its directory and the directory has no fresh listing, one
+// is started in the background: should the reader go on to the end of the
+// file, the listing says by then which file comes next (atEnd). Started at
+// the end, it would come a round trip too late for the first file
+// boundary.
+func (a *aheader) readOnFromStart(path string) {
 	dir, name := splitPath(path)
 	a.mu.Lock()
 	last := a.opens[dir]

@@ -257,9 +257,10 @@ func TestReadAheadAcrossFilesNeedsTheListing(t *testing.T) {
 	assert.Len(t, x.openedAhead(), 1)
 }
 
-// The first file opened in a directory, read from its start, lists the
+// The first file opened in a directory, read on from its start, lists the
 // directory in the background, so that its own end already opens the
 // next file: listed at the end, it would come too late for that boundary.
+// A probe (a read or two at the start) lists nothing.
 func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 	read := func(x *aheadFixture, h fuseops.HandleID, off int64) {
 		op := &fuseops.ReadFileOp{Handle: h, Offset: off, Size: 4096, Dst: make([]byte, 4096)}
@@ -270,34 +271,50 @@ func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 		_, ok := x.fs.cache.listing("d")
 		return ok
 	}
+	fixture := func() *aheadFixture {
+		x := newAheadFixture(t, "d/0", "d/1", "d/2")
+		x.fs.prefetch.enabled = true
+		return x
+	}
 
-	x := newAheadFixture(t, "d/0", "d/1", "d/2")
-	x.fs.prefetch.enabled = true
+	x := fixture()
 	r0, h := x.openH("0")
 	read(x, h, 0)
+	read(x, h, aheadListAfter-4096)
+	assert.False(t, listed(x), "a probe at the start lists nothing")
+	read(x, h, aheadListAfter)
 	require.Eventually(t, func() bool { _, ok := x.fs.cache.listing("d"); return ok }, 5*time.Second, time.Millisecond,
-		"the first file opened, read from its start, lists its directory")
+		"the first file opened, read on from its start, lists its directory")
 	r0.end()
 	assert.Equal(t, []string{"d/1"}, x.openedAhead(), "at its end the next file is opened ahead")
 
-	x = newAheadFixture(t, "d/0", "d/1", "d/2")
-	x.fs.prefetch.enabled = true
+	x = fixture()
 	_, h = x.openH("0")
 	read(x, h, 4096)
-	assert.False(t, listed(x), "a first read elsewhere than the start lists nothing")
+	read(x, h, aheadListAfter)
+	assert.False(t, listed(x), "a file first read elsewhere than its start lists nothing")
 
-	x = newAheadFixture(t, "d/0", "d/1", "d/2")
-	x.fs.prefetch.enabled = true
+	x = fixture()
 	x.open("2")
 	_, h = x.openH("1")
 	read(x, h, 0)
+	read(x, h, aheadListAfter)
 	assert.False(t, listed(x), "nor does the second file opened")
 
-	x = newAheadFixture(t, "d/0", "d/1", "d/2")
-	x.fs.prefetch.enabled = true
+	x = fixture()
 	_, h = x.openH("small")
 	read(x, h, 0)
+	read(x, h, aheadListAfter)
 	assert.False(t, listed(x), "nor does a small file (fetched whole by its first read)")
+
+	x = fixture()
+	x.list()
+	lists := x.b.Stats().Lists
+	_, h = x.openH("0")
+	read(x, h, 0)
+	read(x, h, aheadListAfter)
+	x.fs.prefetch.wg.Wait()
+	assert.Equal(t, lists, x.b.Stats().Lists, "a directory listed already is not listed again")
 }
 
 func TestReadAheadAcrossFilesSkipsSmallFiles(t *testing.T) {

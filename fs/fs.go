@@ -722,6 +722,10 @@ type fileHandle struct {
 	ahead  *aheadFile    // what the reader was opened ahead as (ahead.go), or nil
 	// read is set by the handle's first read (noteRead).
 	read atomic.Bool
+	// fromStart: a large file whose first read was at offset 0, until a
+	// read reaches aheadListAfter (then reading ahead across files may
+	// list its directory, ahead.go).
+	fromStart atomic.Bool
 }
 
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
@@ -833,8 +837,11 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if fs.ahead.openAhead != nil && !h.read.Load() && !h.read.Swap(true) {
 		fs.noteRead(h)
 		if op.Offset == 0 && h.obj.Size >= aheadMinSize {
-			fs.ahead.readFromStart(h.in.path)
+			h.fromStart.Store(true)
 		}
+	}
+	if h.fromStart.Load() && op.Offset >= aheadListAfter && h.fromStart.Swap(false) {
+		fs.ahead.readOnFromStart(h.in.path)
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
