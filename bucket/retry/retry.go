@@ -204,15 +204,23 @@ func (b *Bucket) newBudget() *budget {
 // do calls fn until it succeeds, fails with an error not worth retrying, or
 // the budget runs out, and returns its last error.
 func (b *Bucket) do(ctx context.Context, op, name string, bud *budget, fn func() error) error {
+	var last error // the failure retried last
 	for {
 		bud.attempts++
 		err := bucket.ContextError(ctx, fn())
 		if err == nil {
 			return nil
 		}
+		if last != nil && ctx.Err() != nil {
+			// The caller's deadline ended an attempt in flight: its error
+			// says only that, while the attempts before it said why the
+			// store did not answer (connection refused, 503, ...).
+			err = fmt.Errorf("%w (the attempt before it: %w)", err, last)
+		}
 		if err := b.wait(ctx, op, name, bud, err); err != nil {
 			return err
 		}
+		last = err
 	}
 }
 

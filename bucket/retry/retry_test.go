@@ -393,6 +393,47 @@ func TestCancelWhileWaiting(t *testing.T) {
 	assert.Equal(t, 1, stats)
 }
 
+// deadlineInSecondList is a fake whose second List is still in flight when
+// the caller's deadline comes.
+type deadlineInSecondList struct {
+	*fake
+	cancel context.CancelFunc
+	calls  int
+}
+
+func (d *deadlineInSecondList) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Listing, error) {
+	if d.calls++; d.calls == 2 {
+		d.cancel()
+		return nil, fmt.Errorf("gcs: list: %w", ctx.Err())
+	}
+	return d.fake.List(ctx, req)
+}
+
+// A deadline that ends an attempt in flight does not hide why the attempts
+// before it failed (ferry's mount probe reports this error to the user).
+func TestDeadlineDuringAnAttemptKeepsTheFailureBefore(t *testing.T) {
+	refused := fmt.Errorf("%w: dial tcp 127.0.0.1:1: connect: connection refused", bucket.ErrUnavailable)
+	f := newFake()
+	f.listFaults = []error{refused}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := New(&deadlineInSecondList{fake: f, cancel: cancel}, newClock().config(Config{}))
+
+	_, err := b.List(ctx, &bucket.ListRequest{})
+	require.ErrorIs(t, err, bucket.ErrCanceled)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "connection refused")
+	assert.False(t, bucket.IsRetryable(err))
+
+	// Without an attempt before it, the error is the attempt's own.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	d := &deadlineInSecondList{fake: newFake(), cancel: cancel, calls: 1}
+	_, err = New(d, newClock().config(Config{})).List(ctx, &bucket.ListRequest{})
+	require.ErrorIs(t, err, bucket.ErrCanceled)
+	assert.NotContains(t, err.Error(), "attempt before")
+}
+
 // A backend that forgot bucket.ContextError must still not be retried once
 // the caller has given up.
 func TestCancelledContextIsNotRetried(t *testing.T) {
