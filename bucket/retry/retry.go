@@ -12,6 +12,7 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -195,6 +196,9 @@ type budget struct {
 	// MaxElapsed is measured from it, so a long healthy stream does not use
 	// up the time budget of a later outage.
 	outageStart time.Time
+	// last is the failure retried last (a reader's body failure too), to
+	// name when a later attempt is cut off by the caller's deadline.
+	last error
 }
 
 func (b *Bucket) newBudget() *budget {
@@ -204,23 +208,22 @@ func (b *Bucket) newBudget() *budget {
 // do calls fn until it succeeds, fails with an error not worth retrying, or
 // the budget runs out, and returns its last error.
 func (b *Bucket) do(ctx context.Context, op, name string, bud *budget, fn func() error) error {
-	var last error // the failure retried last
 	for {
 		bud.attempts++
 		err := bucket.ContextError(ctx, fn())
 		if err == nil {
 			return nil
 		}
-		if last != nil && ctx.Err() != nil {
+		if bud.last != nil && errors.Is(err, bucket.ErrCanceled) {
 			// The caller's deadline ended an attempt in flight: its error
-			// says only that, while the attempts before it said why the
-			// store did not answer (connection refused, 503, ...).
-			err = fmt.Errorf("%w (the attempt before it: %w)", err, last)
+			// says only that, while the failure retried before it says
+			// why the store did not answer (connection refused, 503, ...).
+			// %v: for errors.Is this stays a cancellation, nothing else.
+			err = fmt.Errorf("%w (the attempt before it: %v)", err, bud.last)
 		}
 		if err := b.wait(ctx, op, name, bud, err); err != nil {
 			return err
 		}
-		last = err
 	}
 }
 
@@ -254,6 +257,7 @@ func (b *Bucket) wait(ctx context.Context, op, name string, bud *budget, err err
 	if serr := b.cfg.Sleep(ctx, delay); serr != nil {
 		return fmt.Errorf("%w: %s %q: %w while waiting to retry: %w", bucket.ErrCanceled, op, name, serr, err)
 	}
+	bud.last = err
 	return nil
 }
 

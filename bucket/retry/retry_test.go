@@ -393,42 +393,72 @@ func TestCancelWhileWaiting(t *testing.T) {
 	assert.Equal(t, 1, stats)
 }
 
-// deadlineInSecondList is a fake whose second List is still in flight when
-// the caller's deadline comes.
-type deadlineInSecondList struct {
+// cutOffSecondCall is a fake whose second call (List or open) is still in
+// flight when the caller's deadline comes.
+type cutOffSecondCall struct {
 	*fake
 	cancel context.CancelFunc
 	calls  int
 }
 
-func (d *deadlineInSecondList) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Listing, error) {
+func (d *cutOffSecondCall) cutOff(ctx context.Context) error {
 	if d.calls++; d.calls == 2 {
 		d.cancel()
-		return nil, fmt.Errorf("gcs: list: %w", ctx.Err())
+		return fmt.Errorf("fake: %w", ctx.Err())
+	}
+	return nil
+}
+
+func (d *cutOffSecondCall) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Listing, error) {
+	if err := d.cutOff(ctx); err != nil {
+		return nil, err
 	}
 	return d.fake.List(ctx, req)
 }
 
+func (d *cutOffSecondCall) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (io.ReadCloser, error) {
+	if err := d.cutOff(ctx); err != nil {
+		return nil, err
+	}
+	return d.fake.NewRangeReader(ctx, req)
+}
+
 // A deadline that ends an attempt in flight does not hide why the attempts
-// before it failed (ferry's mount probe reports this error to the user).
+// before it failed (ferry's mount probe reports this error to the user),
+// and the error still matches only the cancellation.
 func TestDeadlineDuringAnAttemptKeepsTheFailureBefore(t *testing.T) {
 	refused := fmt.Errorf("%w: dial tcp 127.0.0.1:1: connect: connection refused", bucket.ErrUnavailable)
 	f := newFake()
 	f.listFaults = []error{refused}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := New(&deadlineInSecondList{fake: f, cancel: cancel}, newClock().config(Config{}))
+	b := New(&cutOffSecondCall{fake: f, cancel: cancel}, newClock().config(Config{}))
 
 	_, err := b.List(ctx, &bucket.ListRequest{})
 	require.ErrorIs(t, err, bucket.ErrCanceled)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Contains(t, err.Error(), "connection refused")
+	assert.NotErrorIs(t, err, bucket.ErrUnavailable, "to errors.Is, a cancellation and nothing else")
 	assert.False(t, bucket.IsRetryable(err))
+
+	// A reader's resume: the reopen after a broken body is cut off.
+	f = newFake()
+	f.bodyFaults = []bodyFault{{after: 2, err: reset}}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	b = New(&cutOffSecondCall{fake: f, cancel: cancel}, newClock().config(Config{}))
+	rc, err := b.NewRangeReader(ctx, &bucket.ReadRequest{Name: "a", Version: "v1", Range: rng(0, 20)})
+	require.NoError(t, err)
+	_, err = io.ReadAll(rc)
+	require.ErrorIs(t, err, bucket.ErrCanceled)
+	assert.Contains(t, err.Error(), "connection reset")
+	assert.NotErrorIs(t, err, bucket.ErrUnavailable)
+	require.NoError(t, rc.Close())
 
 	// Without an attempt before it, the error is the attempt's own.
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	d := &deadlineInSecondList{fake: newFake(), cancel: cancel, calls: 1}
+	d := &cutOffSecondCall{fake: newFake(), cancel: cancel, calls: 1}
 	_, err = New(d, newClock().config(Config{})).List(ctx, &bucket.ListRequest{})
 	require.ErrorIs(t, err, bucket.ErrCanceled)
 	assert.NotContains(t, err.Error(), "attempt before")
