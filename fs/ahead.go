@@ -45,9 +45,13 @@ const (
 	// (ahead_small.go).
 	aheadMinSize = 8 << 20
 	// aheadListAfter: a file read from its start this far is read on, not
-	// probed (file, head, a header check read far less), so its directory
-	// is worth listing for its end (readOnFromStart).
-	aheadListAfter = 4 << 20
+	// probed, so its directory is worth listing for its end
+	// (readOnFromStart). head and header checks read far less; file(1)
+	// reads the first 7 MiB, and 7 MiB at the end, which is why only reads
+	// in the aheadListBand after it count, where a reader going on from
+	// the start passes (the kernel's reads are at most 1 MiB).
+	aheadListAfter = 16 << 20
+	aheadListBand  = 4 << 20
 	// aheadUnused is how long a file opened ahead waits for its reader.
 	aheadUnused = 30 * time.Second
 	// aheadMax bounds files opened ahead and not yet taken, for all
@@ -276,24 +280,50 @@ func (a *aheader) atEnd(path string) {
 	a.mu.Unlock()
 }
 
-// readOnFromStart is called once a handle of path, a large file first read
-// at offset 0, is read at aheadListAfter or beyond. If path is the first
-// file opened in its directory and the directory has no fresh listing, one
-// is started in the background: should the reader go on to the end of the
-// file, the listing says by then which file comes next (atEnd). Started at
-// the end, it would come a round trip too late for the first file
-// boundary.
-func (a *aheader) readOnFromStart(path string) {
+// States of fileHandle.fromStart.
+const (
+	startUnseen int32 = iota // no read at offset 0 yet
+	startSeen                // read at offset 0, not yet at aheadListAfter
+	startListed              // read on: readOnFromStart has run
+)
+
+// readAt is called for every read of h, a large file, at off. Once h has
+// been read at offset 0 and then within aheadListBand after
+// aheadListAfter, it calls readOnFromStart, again at the next such read if
+// that found the listing budget busy. (A read in the band that arrives
+// before the one at 0 does not count: the kernel's reads of one window
+// race, but one read apart, the next read in the band comes after.)
+func (a *aheader) readAt(h *fileHandle, off int64) {
+	switch {
+	case off == 0:
+		h.fromStart.CompareAndSwap(startUnseen, startSeen)
+	case off >= aheadListAfter && off < aheadListAfter+aheadListBand &&
+		h.fromStart.Load() == startSeen && h.fromStart.CompareAndSwap(startSeen, startListed):
+		if a.readOnFromStart(h.in.path) {
+			h.fromStart.Store(startSeen)
+		}
+	}
+}
+
+// readOnFromStart is called once a handle of path, a large file, has been
+// read from its start to aheadListAfter. If path is the first file opened
+// in its directory and the directory has no fresh listing, one is started
+// in the background: should the reader go on to the end of the file, the
+// listing says by then which file comes next (atEnd). Started at the end,
+// it would come a round trip too late for the first file boundary. It
+// reports busy if the listing budget was busy: worth a later try.
+func (a *aheader) readOnFromStart(path string) (busy bool) {
 	dir, name := splitPath(path)
 	a.mu.Lock()
 	last := a.opens[dir]
 	a.mu.Unlock()
 	if last.cur != name || last.prev != "" {
-		return
+		return false
 	}
-	if _, ok := a.fs.cache.listing(dir); !ok {
-		a.fs.prefetch.want(dir)
+	if _, ok := a.fs.cache.listing(dir); ok {
+		return false
 	}
+	return a.fs.prefetch.want(dir)
 }
 
 // fetching reports whether r, just opened ahead, is fetching anything:

@@ -260,7 +260,8 @@ func TestReadAheadAcrossFilesNeedsTheListing(t *testing.T) {
 // The first file opened in a directory, read on from its start, lists the
 // directory in the background, so that its own end already opens the
 // next file: listed at the end, it would come too late for that boundary.
-// A probe (a read or two at the start) lists nothing.
+// A probe lists nothing: a read or two at the start, or file(1)'s reads
+// at the start and the end.
 func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 	read := func(x *aheadFixture, h fuseops.HandleID, off int64) {
 		op := &fuseops.ReadFileOp{Handle: h, Offset: off, Size: 4096, Dst: make([]byte, 4096)}
@@ -271,8 +272,13 @@ func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 		_, ok := x.fs.cache.listing("d")
 		return ok
 	}
+	const size = aheadListAfter + aheadListBand + 1<<20
+	band := int64(aheadListAfter + 1<<20) // a read of one going on from the start
 	fixture := func() *aheadFixture {
-		x := newAheadFixture(t, "d/0", "d/1", "d/2")
+		x := newAheadFixture(t)
+		for _, n := range []string{"d/0", "d/1", "d/2"} {
+			x.b.put(n, make([]byte, size))
+		}
 		x.fs.prefetch.enabled = true
 		return x
 	}
@@ -282,7 +288,7 @@ func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 	read(x, h, 0)
 	read(x, h, aheadListAfter-4096)
 	assert.False(t, listed(x), "a probe at the start lists nothing")
-	read(x, h, aheadListAfter)
+	read(x, h, band)
 	require.Eventually(t, func() bool { _, ok := x.fs.cache.listing("d"); return ok }, 5*time.Second, time.Millisecond,
 		"the first file opened, read on from its start, lists its directory")
 	r0.end()
@@ -290,21 +296,37 @@ func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 
 	x = fixture()
 	_, h = x.openH("0")
+	read(x, h, 0)
+	read(x, h, size-4096)
+	assert.False(t, listed(x), "nor does a read at the start and one at the end (file(1))")
+	read(x, h, aheadListAfter+aheadListBand)
+	assert.False(t, listed(x), "nor one past the band")
+
+	x = fixture()
+	_, h = x.openH("0")
+	read(x, h, band)
+	read(x, h, 0)
+	assert.False(t, listed(x), "a read in the band counts only after one at the start")
+	read(x, h, band+4096)
+	assert.True(t, listed(x), "the next one does")
+
+	x = fixture()
+	_, h = x.openH("0")
 	read(x, h, 4096)
-	read(x, h, aheadListAfter)
-	assert.False(t, listed(x), "a file first read elsewhere than its start lists nothing")
+	read(x, h, band)
+	assert.False(t, listed(x), "a file never read at its start lists nothing")
 
 	x = fixture()
 	x.open("2")
 	_, h = x.openH("1")
 	read(x, h, 0)
-	read(x, h, aheadListAfter)
+	read(x, h, band)
 	assert.False(t, listed(x), "nor does the second file opened")
 
 	x = fixture()
 	_, h = x.openH("small")
 	read(x, h, 0)
-	read(x, h, aheadListAfter)
+	read(x, h, band)
 	assert.False(t, listed(x), "nor does a small file (fetched whole by its first read)")
 
 	x = fixture()
@@ -312,9 +334,19 @@ func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 	lists := x.b.Stats().Lists
 	_, h = x.openH("0")
 	read(x, h, 0)
-	read(x, h, aheadListAfter)
+	read(x, h, band)
 	x.fs.prefetch.wg.Wait()
 	assert.Equal(t, lists, x.b.Stats().Lists, "a directory listed already is not listed again")
+
+	x = fixture()
+	require.True(t, x.fs.prefetch.sem.TryAcquire(prefetchParallel), "every listing slot taken")
+	_, h = x.openH("0")
+	read(x, h, 0)
+	read(x, h, band)
+	assert.False(t, listed(x), "no slot free: dropped")
+	x.fs.prefetch.sem.Release(prefetchParallel)
+	read(x, h, band+4096)
+	assert.True(t, listed(x), "and tried again at the next read in the band")
 }
 
 func TestReadAheadAcrossFilesSkipsSmallFiles(t *testing.T) {

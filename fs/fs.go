@@ -722,10 +722,10 @@ type fileHandle struct {
 	ahead  *aheadFile    // what the reader was opened ahead as (ahead.go), or nil
 	// read is set by the handle's first read (noteRead).
 	read atomic.Bool
-	// fromStart: a large file whose first read was at offset 0, until a
-	// read reaches aheadListAfter (then reading ahead across files may
-	// list its directory, ahead.go).
-	fromStart atomic.Bool
+	// fromStart: has a large file been read at offset 0, and then at
+	// aheadListAfter or beyond (startUnseen, startSeen, startListed; for
+	// reading ahead across files, ahead.go).
+	fromStart atomic.Int32
 }
 
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
@@ -834,14 +834,13 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if int64(len(dst)) > op.Size {
 		dst = dst[:op.Size]
 	}
-	if fs.ahead.openAhead != nil && !h.read.Load() && !h.read.Swap(true) {
-		fs.noteRead(h)
-		if op.Offset == 0 && h.obj.Size >= aheadMinSize {
-			h.fromStart.Store(true)
+	if fs.ahead.openAhead != nil {
+		if !h.read.Load() && !h.read.Swap(true) {
+			fs.noteRead(h)
 		}
-	}
-	if h.fromStart.Load() && op.Offset >= aheadListAfter && h.fromStart.Swap(false) {
-		fs.ahead.readOnFromStart(h.in.path)
+		if h.obj.Size >= aheadMinSize {
+			fs.ahead.readAt(h, op.Offset)
+		}
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {

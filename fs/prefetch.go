@@ -78,7 +78,10 @@ func (p *dirPrefetcher) miss(dir string) {
 		clear(p.misses)
 	}
 	p.misses[dir]++
-	start := p.misses[dir] >= prefetchAfterMisses && p.startLocked(dir)
+	start := false
+	if p.misses[dir] >= prefetchAfterMisses {
+		start, _ = p.startLocked(dir)
+	}
 	p.mu.Unlock()
 	if start {
 		go p.list(dir)
@@ -86,32 +89,38 @@ func (p *dirPrefetcher) miss(dir string) {
 }
 
 // want starts a listing of dir now, for a caller that needs one (reading
-// ahead across files), unless one is in flight or the budget is busy.
-func (p *dirPrefetcher) want(dir string) {
+// ahead across files), unless one is in flight or the budget is busy. It
+// reports busy if only the budget stopped it: a later call may succeed.
+func (p *dirPrefetcher) want(dir string) (busy bool) {
 	if !p.enabled {
-		return
+		return false
 	}
 	p.mu.Lock()
-	start := p.startLocked(dir)
+	start, busy := p.startLocked(dir)
 	p.mu.Unlock()
 	if start {
 		go p.list(dir)
 	}
+	return busy
 }
 
 // startLocked reports whether a listing of dir may start now, and if so
-// books it; the caller then runs p.list(dir). LOCKS_REQUIRED(p.mu)
-func (p *dirPrefetcher) startLocked(dir string) bool {
+// books it; the caller then runs p.list(dir). busy: it may not only
+// because prefetchParallel listings are running. LOCKS_REQUIRED(p.mu)
+func (p *dirPrefetcher) startLocked(dir string) (start, busy bool) {
 	if at, ok := p.tooLarge[dir]; ok && p.fs.now().Sub(at) < prefetchTooLargeFor {
-		return false
+		return false, false
 	}
-	if p.stopped || p.inflight[dir] || !p.sem.TryAcquire(1) {
-		return false // in flight, or busy: dropped, a later call tries again
+	if p.stopped || p.inflight[dir] {
+		return false, false
+	}
+	if !p.sem.TryAcquire(1) {
+		return false, true // dropped, a later call tries again
 	}
 	p.inflight[dir] = true
 	delete(p.misses, dir)
 	p.wg.Add(1)
-	return true
+	return true, false
 }
 
 // list reads every page of dir; the last page puts the complete listing in
