@@ -30,15 +30,14 @@ import (
 //
 // Best effort throughout: it needs a fresh listing of the directory (if
 // there is none, the first file opened in the directory starts one in the
-// background once it has been read from its start to aheadListAfter, and
-// any file read to its end does, like lookup misses do, see prefetch.go),
-// the next file must be
-// large enough to be read ahead at all, the readahead takes only free
-// memory (and gives it back to other readahead until its reader comes),
-// at most aheadMax large files wait for their readers (a new one is dropped,
-// not an older one: readers of several directories in turn come back in
-// that order), and a file opened ahead but not opened by anyone within
-// aheadUnused is closed again.
+// background once it has been read from its start to aheadListAfter, and a
+// file read to its end does, like lookup misses do, see prefetch.go), the
+// next file must be large enough to be read ahead at all, the readahead
+// takes only free memory (and gives it back to other readahead until its
+// reader comes), at most aheadMax large files wait for their readers (a
+// new one is dropped, not an older one: readers of several directories in
+// turn come back in that order), and a file opened ahead but not opened by
+// anyone within aheadUnused is closed again.
 const (
 	// aheadMinSize: smaller files are fetched whole, in one request (by
 	// their first read); they are read ahead by the rule for small files
@@ -291,8 +290,8 @@ const (
 // been read at offset 0 and then within aheadListBand after
 // aheadListAfter, it calls readOnFromStart, again at the next such read if
 // that found the listing budget busy. (A read in the band that arrives
-// before the one at 0 does not count: the kernel's reads of one window
-// race, but one read apart, the next read in the band comes after.)
+// before any read at 0 does not count; a reader going on from the start
+// makes several reads in the band, and the later ones come after it.)
 func (a *aheader) readAt(h *fileHandle, off int64) {
 	switch {
 	case off == 0:

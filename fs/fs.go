@@ -722,8 +722,8 @@ type fileHandle struct {
 	ahead  *aheadFile    // what the reader was opened ahead as (ahead.go), or nil
 	// read is set by the handle's first read (noteRead).
 	read atomic.Bool
-	// fromStart: has a large file been read at offset 0, and then at
-	// aheadListAfter or beyond (startUnseen, startSeen, startListed; for
+	// fromStart: has a large file been read at offset 0, and then in the
+	// band after aheadListAfter (startUnseen, startSeen, startListed; for
 	// reading ahead across files, ahead.go).
 	fromStart atomic.Int32
 }
