@@ -756,7 +756,8 @@ func TestReadAheadSmallFilesNewVersionWhileWaiting(t *testing.T) {
 	}
 	assert.Greater(t, served, 90)
 	for _, r := range x.aheads[:len(old)] {
-		assert.True(t, r.isClosed(), r.obj.Name)
+		// Closed in the background (never under the aheader's lock).
+		assert.Eventually(t, r.isClosed, 5*time.Second, time.Millisecond, r.obj.Name)
 	}
 }
 
