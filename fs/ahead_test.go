@@ -310,24 +310,24 @@ func TestReadAheadAcrossFilesFirstReadListsTheDirectory(t *testing.T) {
 	read(x, h, band+4096)
 	assert.True(t, listed(x), "the next one does")
 
-	x = fixture()
-	_, h = x.openH("0")
-	read(x, h, 4096)
-	read(x, h, band)
-	assert.False(t, listed(x), "a file never read at its start lists nothing")
-
-	x = fixture()
-	x.open("2")
-	_, h = x.openH("1")
-	read(x, h, 0)
-	read(x, h, band)
-	assert.False(t, listed(x), "nor does the second file opened")
-
-	x = fixture()
-	_, h = x.openH("small")
-	read(x, h, 0)
-	read(x, h, band)
-	assert.False(t, listed(x), "nor does a small file (fetched whole by its first read)")
+	for _, c := range []struct {
+		openFirst, name string
+		first           int64
+		msg             string
+	}{
+		{"", "0", 4096, "a file never read at its start lists nothing"},
+		{"2", "1", 0, "nor does the second file opened"},
+		{"", "small", 0, "nor does a small file (fetched whole by its first read)"},
+	} {
+		x = fixture()
+		if c.openFirst != "" {
+			x.open(c.openFirst)
+		}
+		_, h = x.openH(c.name)
+		read(x, h, c.first)
+		read(x, h, band)
+		assert.False(t, listed(x), c.msg)
+	}
 
 	x = fixture()
 	x.list()
