@@ -174,13 +174,20 @@ func notFound(op, name, why string) error {
 	return fmt.Errorf("file: %s %q: %s: %w", op, name, why, bucket.ErrNotFound)
 }
 
-// version is the opaque version string: size-mtime(ns)-inode.
+// version is the opaque version string: size-mtime(ns)-inode-ctime(ns).
+// Size, mtime and inode alone can stay the same across a change of
+// contents: `cp -p` onto an existing file rewrites it in place, and an
+// archive extracted with fixed mtimes recreates a file that may get the
+// freed inode number back. The change time cannot be set by users and
+// moves with every write and every new file.
 func version(fi fs.FileInfo) string {
 	var ino uint64
+	var ctime int64
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		ino = st.Ino
+		ctime = st.Ctim.Nano()
 	}
-	return fmt.Sprintf("%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), ino)
+	return fmt.Sprintf("%d-%d-%d-%d", fi.Size(), fi.ModTime().UnixNano(), ino, ctime)
 }
 
 func toObject(name string, fi fs.FileInfo) *bucket.Object {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -210,6 +211,36 @@ func TestReadDetectsInPlaceRewrite(t *testing.T) {
 	n, err := r.Read(buf)
 	assert.ErrorIs(t, err, bucket.ErrPrecondition)
 	assert.Zero(t, n)
+}
+
+// cp -p onto an existing file: same inode, same size, the old mtime put
+// back. Only the change time tells; before it was part of the version,
+// the old version's cached blocks were served as the new one's.
+func TestVersionChangesWithPreservedMtime(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "obj")
+	require.NoError(t, os.WriteFile(path, []byte("aaaaaaaaaa"), 0o644))
+	b, _ := newBucket(t, dir)
+	o, err := b.Stat(t.Context(), &bucket.StatRequest{Name: "obj"})
+	require.NoError(t, err)
+	before, err := os.Stat(path)
+	require.NoError(t, err)
+
+	// ctime has the file system's timestamp granularity: let it move.
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, os.WriteFile(path, []byte("bbbbbbbbbb"), 0o644))
+	require.NoError(t, os.Chtimes(path, o.Updated, o.Updated))
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	require.True(t, os.SameFile(before, after), "rewritten in place")
+	require.Equal(t, before.ModTime(), after.ModTime())
+
+	o2, err := b.Stat(t.Context(), &bucket.StatRequest{Name: "obj"})
+	require.NoError(t, err)
+	assert.NotEqual(t, o.Version, o2.Version)
+	got, err := readAll(t, b, &bucket.ReadRequest{Name: "obj", Version: o.Version, Range: bucket.ByteRange{Limit: 10}})
+	assert.ErrorIs(t, err, bucket.ErrPrecondition)
+	assert.Empty(t, got)
 }
 
 func TestReadDetectsTruncation(t *testing.T) {
