@@ -21,9 +21,9 @@ func Markdown() string {
 	b.WriteString("Every flag can also be given as a mount option (`mount -o`, `/etc/fstab`) with `_` for `-`: ")
 	b.WriteString("`--cache-dir=/ssd/ferry` is `cache_dir=/ssd/ferry`, `--allow-other` is `allow_other`. ")
 	b.WriteString("Options are separated by commas; a value that contains a comma must be double-quoted (`cache_dir=\"/ssd/a,b\"`). ")
-	b.WriteString("Generic kernel mount flags (`nodev`, `nosuid`, `noatime`, ...) are written bare and become `--kernel-option`; ")
+	b.WriteString("Generic kernel mount flags (`nodev`, `nosuid`, `noexec`, `noatime`) are written bare and become `--kernel-option`; their opposites (`dev`, `suid`, `exec`, `atime`) are mount(8)'s defaults, which it never passes to a helper: write them `kernel_option=suid`. ")
 	b.WriteString("`rw`, `defaults`, `auto`, `noauto`, `user`, `users`, `nouser`, `_netdev`, `nofail`, `x-*` and `comment=*` are ignored, and so are options that mean nothing on a read-only mount without symlinks: the other atime modes (`relatime`, `nodiratime`, `strictatime`, `lazytime`, ...), `sync`, `async`, `dirsync`, `nosymfollow`, `iversion`, `mand`, `silent`. An fstab line with `user` or `users` works: mount(8) adds `noexec,nosuid,nodev`, which ferry passes on. ")
-	b.WriteString("Sizes are human (`200GiB`, `512MiB`); durations are Go durations (`60s`, `5m`) or seconds, with `-1` meaning forever and `0` off.\n")
+	b.WriteString("Sizes are human (`200GiB`, `512MiB`); durations are Go durations (`60s`, `1.5s`, `5m`) or whole seconds (`60`), with `-1` meaning forever and `0` off.\n")
 	for _, cat := range categoryOrder {
 		fmt.Fprintf(&b, "\n### %s\n\n", cat)
 		b.WriteString("| Flag | fstab `-o` | Default | Description |\n")

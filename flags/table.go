@@ -27,7 +27,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "kernel-option", Fstab: "kernel_option", Kind: List, Category: catMount,
-		Usage: "generic mount flag for the kernel (dev, nodev, suid, nosuid, exec, noexec, atime, noatime), repeatable; in fstab write it bare (noexec). A ferry mount is nodev,nosuid unless told otherwise; of a pair, the last given wins",
+		Usage: "generic mount flag for the kernel (dev, nodev, suid, nosuid, exec, noexec, atime, noatime), repeatable; in fstab write nodev, nosuid, noexec and noatime bare, the others as kernel_option=suid (mount(8) does not pass them on). A ferry mount is nodev,nosuid unless told otherwise; of a pair, the last given wins",
 		set: func(c *Config, s string) error {
 			if !slices.Contains(KernelMountOptions, s) {
 				return fmt.Errorf("%q is not a kernel mount option ferry passes on (allowed: %v)", s, KernelMountOptions)
