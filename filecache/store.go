@@ -1123,7 +1123,10 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 	f, err := os.OpenFile(e.path, os.O_RDWR, 0)
 	created := false
 	if errors.Is(err, fs.ErrNotExist) && create {
-		if err = os.MkdirAll(filepath.Dir(e.path), 0o700); err == nil {
+		if err = s.dirRemoved(); err == nil {
+			err = os.MkdirAll(filepath.Dir(e.path), 0o700)
+		}
+		if err == nil {
 			f, err = os.OpenFile(e.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 			created = err == nil
 			if errors.Is(err, fs.ErrExist) { // not ours to reset
@@ -1378,6 +1381,23 @@ func checkPrivate(root, dir string, log *slog.Logger) error {
 // the same cache directory fails at once with a clear error, before it
 // touches the index (a start that finds the index half-opened by a crash
 // moves it aside: see openIndex).
+// errDirRemoved: the cache directory was deleted under a running store.
+var errDirRemoved = fmt.Errorf("the cache directory was removed while in use: %w", fs.ErrNotExist)
+
+// dirRemoved reports errDirRemoved if the cache directory this store
+// locked is gone (its lock file has no name left). Files are then not
+// created again: the new directory would have neither the lock, which
+// keeps a second process out, nor the index, which the store goes on
+// committing to its deleted file. Reads of what is still open and
+// readable go on; everything else goes to the store.
+func (s *Store) dirRemoved() error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(s.lock.Fd()), &st); err == nil && st.Nlink == 0 {
+		return errDirRemoved
+	}
+	return nil
+}
+
 func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
