@@ -476,6 +476,25 @@ func (a *aheader) expire(p *aheadFile) {
 	p.r.Close()
 }
 
+// dropUnder closes the files opened ahead at or under p ("" for all): an
+// invalidation forgets them, so that the next open fetches again (after
+// `ferry invalidate --data`, through the disk cache, which a waiting
+// file's bytes would otherwise bypass). It returns how many it closed.
+func (a *aheader) dropUnder(p string) int {
+	a.mu.Lock()
+	var drop []*aheadFile
+	for i := len(a.pending) - 1; i >= 0; i-- {
+		if under(a.pending[i].path, p) {
+			drop = append(drop, a.removeLocked(i))
+		}
+	}
+	a.mu.Unlock()
+	for _, f := range drop {
+		f.r.Close()
+	}
+	return len(drop)
+}
+
 // stop closes every file opened ahead; later atEnd calls open nothing.
 func (a *aheader) stop() {
 	a.mu.Lock()

@@ -54,7 +54,7 @@ type InvalidateResult struct {
 	// Path is the object path invalidated, "" for the whole mount.
 	Path string
 	// CacheItems is how many metadata cache entries and listings were
-	// dropped.
+	// dropped, and files opened ahead of their readers (closed).
 	CacheItems int
 	// KernelEntries is how many names the kernel was told to forget
 	// (dentries and the attributes and pages of their inodes).
@@ -141,6 +141,7 @@ type kernelEntry struct {
 
 func (fs *fileSystem) invalidate(ctx context.Context, p string) (InvalidateResult, error) {
 	res := InvalidateResult{Path: p, CacheItems: fs.cache.invalidate(p)}
+	res.CacheItems += fs.ahead.dropUnder(p)
 
 	// The inodes the kernel holds at or under p, with their parents. A
 	// name the kernel caches has a live inode, and so has its parent.
