@@ -793,7 +793,14 @@ func (c *chunk) wait(ctx context.Context, parts, own []*part) (failures int, err
 			continue
 		}
 		c.unref([]*part{p})
-		if slices.Contains(own, p) || (!p.spec && !errors.Is(p.err, bucket.ErrCanceled)) {
+		// Someone else's failure is ours too unless it was cancelled
+		// (its reader seeked away, closed, or gave up); a speculative
+		// part's only if the store failed it for good (its retry budget
+		// spent): a fresh fetch would wait a whole budget more, and the
+		// reader's wait would reach twice --retry-max-time, or three
+		// times with the kernel's retry of a failed readahead (found by
+		// a review: 30.8 s at a 10 s budget).
+		if slices.Contains(own, p) || !errors.Is(p.err, bucket.ErrCanceled) && (!p.spec || errors.Is(p.err, bucket.ErrUnavailable)) {
 			stopUndelivered(own)
 			c.unref(parts[k+1:])
 			return failures, p.err

@@ -901,3 +901,58 @@ func TestPartialBlockReadsHitCacheOnce(t *testing.T) {
 	assert.Equal(t, fetched, f.Stats().BytesFetched, "epoch 2 comes from the cache")
 	assert.LessOrEqual(t, cache.reads.Load(), int64(16+2), "each 1 MiB block read about once, not 8 times")
 }
+
+// A demand read waiting for a readahead part that the store failed for
+// good (its retry budget spent: ErrUnavailable from the retry layer)
+// fails with it. Going round again would fetch the range anew with a
+// whole new budget: with the kernel's own retry of a failed readahead,
+// a reader of a dead store waited three times --retry-max-time (found by
+// a review), against the documented two.
+func TestDemandReadTakesReadaheadsFinalFailure(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, PartSize: 1 * MiB})
+	obj := b.put("o", 64*MiB)
+	const gate = 8 * MiB
+	release := make(chan struct{})
+	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
+		if int64(req.Range.Start) < gate {
+			return nil
+		}
+		select { // the store is down from here on
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return fmt.Errorf("fake: giving up after 5 attempts: connection refused: %w", bucket.ErrUnavailable)
+	}
+	h := f.Open(obj)
+	defer h.Close()
+	for off := int64(0); off < gate; off += MiB {
+		readCheck(t, b, h, off, MiB)
+	}
+	partAt := func() *part {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.table[blockKey{h.key, gate / f.bs}]
+	}
+	require.Eventually(t, func() bool { p := partAt(); return p != nil && p.spec }, 5*time.Second, time.Millisecond,
+		"readahead reached past the gate")
+	p := partAt()
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.ReadAt(context.Background(), make([]byte, MiB), gate)
+		errc <- err
+	}()
+	require.Eventually(t, p.urgent.Load, 5*time.Second, time.Millisecond, "the read waits for the readahead")
+	close(release)
+	require.ErrorIs(t, <-errc, bucket.ErrUnavailable)
+
+	asked := 0
+	for _, r := range b.ranges("o") {
+		if int64(r.Start) <= gate && gate < int64(r.Limit) {
+			asked++
+		}
+	}
+	assert.Equal(t, 1, asked, "the range is not asked for again")
+}
