@@ -20,6 +20,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
@@ -270,8 +271,8 @@ func open(cfg Config, h hooks) (*Store, error) {
 	// Limits that leave no room would empty the cache at open (it evicts
 	// down to them) and then store nothing, with no word why.
 	if cfg.MaxSize > 0 && cfg.MaxSize < cfg.BlockSize {
-		return nil, fmt.Errorf("cache size %d bytes is smaller than one cache block (%d bytes): %w",
-			cfg.MaxSize, cfg.BlockSize, bucket.ErrInvalid)
+		return nil, fmt.Errorf("the cache size (--cache-size) %s is smaller than one cache block (--cache-block-size %s): %w",
+			humanize.IBytes(uint64(cfg.MaxSize)), humanize.IBytes(uint64(cfg.BlockSize)), bucket.ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -323,9 +324,9 @@ func open(cfg Config, h hooks) (*Store, error) {
 	// (A file system that reports no size, ramfs or an unlimited tmpfs,
 	// is unknown, not full.)
 	if _, total, err := h.statfs(root); err == nil && total > 0 && cfg.MinFree >= total {
-		return nil, fmt.Errorf("cache min free %d bytes is not below the size of the cache's file system (%d bytes): "+
+		return nil, fmt.Errorf("the free space to leave (--cache-min-free) %s is not below the size of the cache's file system (%s): "+
 			"the cache could hold nothing (a percentage, as --cache-min-free 10%%, scales with the volume): %w",
-			cfg.MinFree, total, bucket.ErrInvalid)
+			humanize.IBytes(uint64(cfg.MinFree)), humanize.IBytes(uint64(total)), bucket.ErrInvalid)
 	}
 	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create cache dir: %w", err)
