@@ -235,6 +235,9 @@ func TestRunDocsAndHelp(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, "--cache-size SIZE")
 	assert.Contains(t, out, "(default: 512MiB)")
+	// A bool on by default says so; one off by default says nothing.
+	assert.Regexp(t, `--read-ahead-files .*=false turns it off \(default: true\)`, out)
+	assert.NotRegexp(t, `--foreground .*\(default`, out)
 }
 
 func TestInstallHelper(t *testing.T) {

@@ -144,7 +144,7 @@ func HelpLine(f cli.Flag) string {
 		line += " " + p
 	}
 	line += "\t" + o.Usage
-	if d := o.ShownDefault(); d != "" && o.Kind != Bool {
+	if d := o.ShownDefault(); d != "" && (o.Kind != Bool || d == "true") { // a bool is false unless said
 		line += " (default: " + d + ")"
 	}
 	return line
