@@ -1378,10 +1378,6 @@ func checkPrivate(root, dir string, log *slog.Logger) error {
 	return nil
 }
 
-// lockDir takes an exclusive flock on dir/lock, so that a second ferry on
-// the same cache directory fails at once with a clear error, before it
-// touches the index (a start that finds the index half-opened by a crash
-// moves it aside: see openIndex).
 // errDirRemoved: the cache directory was deleted under a running store.
 var errDirRemoved = fmt.Errorf("the cache directory was removed while in use: %w", fs.ErrNotExist)
 
@@ -1399,6 +1395,10 @@ func (s *Store) dirRemoved() error {
 	return nil
 }
 
+// lockDir takes an exclusive flock on dir/lock, so that a second ferry on
+// the same cache directory fails at once with a clear error, before it
+// touches the index (a start that finds the index half-opened by a crash
+// moves it aside: see openIndex).
 func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
