@@ -164,16 +164,23 @@ func TestListSkipsNonRegularAndTempFiles(t *testing.T) {
 	assert.ErrorIs(t, err, bucket.ErrNotFound)
 }
 
-func TestPinnedReadDetectsReplacedFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "obj")
-	require.NoError(t, os.WriteFile(path, []byte("old content"), 0o644))
-	b, _ := newBucket(t, dir)
+// statted writes obj in a new bucket directory with content and stats it.
+func statted(t *testing.T, content string) (b *Bucket, dir, path string, o *bucket.Object) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "obj")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	b, _ = newBucket(t, dir)
 	o, err := b.Stat(t.Context(), &bucket.StatRequest{Name: "obj"})
 	require.NoError(t, err)
+	return b, dir, path, o
+}
+
+func TestPinnedReadDetectsReplacedFile(t *testing.T) {
+	b, dir, path, o := statted(t, "old content")
 
 	// Replaced behind the bucket's back, same size, mtime forced equal:
-	// only the inode tells.
+	// the inode (and the change time) tell.
 	tmp := filepath.Join(dir, "tmp")
 	require.NoError(t, os.WriteFile(tmp, []byte("NEW CONTENT"), 0o644))
 	require.NoError(t, os.Chtimes(tmp, o.Updated, o.Updated))
@@ -217,12 +224,7 @@ func TestReadDetectsInPlaceRewrite(t *testing.T) {
 // back. Only the change time tells; before it was part of the version,
 // the old version's cached blocks were served as the new one's.
 func TestVersionChangesWithPreservedMtime(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "obj")
-	require.NoError(t, os.WriteFile(path, []byte("aaaaaaaaaa"), 0o644))
-	b, _ := newBucket(t, dir)
-	o, err := b.Stat(t.Context(), &bucket.StatRequest{Name: "obj"})
-	require.NoError(t, err)
+	b, _, path, o := statted(t, "aaaaaaaaaa")
 	before, err := os.Stat(path)
 	require.NoError(t, err)
 
