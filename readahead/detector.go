@@ -1,6 +1,10 @@
 package readahead
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
 
 // stream is one sequential cursor on a handle, with its readahead window.
 type stream struct {
@@ -24,6 +28,11 @@ type stream struct {
 	// fromStart: the stream began at offset 0, the start of a file read
 	// whole (most likely), so its first window is StartWindow.
 	fromStart bool
+	// cursor mirrors next, and lastRead is when a read last belonged to
+	// the stream (unix nanoseconds): readahead of other handles reads
+	// them under Fetcher.mu, not this handle's mu, to choose which kept
+	// part to drop (Fetcher.victimLocked).
+	cursor, lastRead atomic.Int64
 
 	// ctx is cancelled when the stream is evicted or its handle closes;
 	// the stream's speculative fetches run under it.
@@ -87,12 +96,14 @@ func (d *detector) observe(off, n int64) (s *stream, step bool, evicted *stream)
 	}
 	if best >= 0 {
 		s = d.streams[best]
+		s.lastRead.Store(time.Now().UnixNano())
 		d.streams = append(append(d.streams[:best:best], d.streams[best+1:]...), s)
 		if !bestAdv {
 			return s, false, nil
 		}
 		jump := off > s.next+d.gap
 		s.next = off + n
+		s.cursor.Store(s.next)
 		if jump {
 			// Into the readahead frontier but past the gap: the cursor
 			// follows (a reader may skip ahead), but it is no step of a
@@ -116,6 +127,8 @@ func (d *detector) observe(off, n int64) (s *stream, step bool, evicted *stream)
 		s.fromStart = true
 	}
 	s.growAt = s.next + s.window
+	s.cursor.Store(s.next)
+	s.lastRead.Store(time.Now().UnixNano())
 	s.ctx, s.cancel = context.WithCancel(d.parent)
 	if len(d.streams) >= d.max {
 		evicted = d.streams[0]

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -556,34 +557,84 @@ func (f *Fetcher) consumeLocked(p *part, i, n int64) {
 	}
 }
 
-// reclaimOne drops the least recently used kept part nobody is reading,
-// for a demand read waiting for memory.
+// reclaimOne drops a kept part nobody is reading, for a demand read
+// waiting for memory (see victimLocked).
 func (f *Fetcher) reclaimOne() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for e := f.resident.Front(); e != nil; e = e.Next() {
-		p := e.Value.(*part)
-		if p.refs == 1 {
-			f.stats.evicted.Add(1)
-			f.dropLocked(p)
-			return true
-		}
+	if p := f.victimLocked(true); p != nil {
+		f.stats.evicted.Add(1)
+		f.dropLocked(p)
+		return true
 	}
 	return false
 }
 
-// reclaimCacheBlockLocked drops the least recently used kept part whose
-// bytes are also in the cache, or that belongs to a handle opened ahead
-// and not read yet, and that nobody is reading. LOCKS_REQUIRED(f.mu)
-func (f *Fetcher) reclaimCacheBlockLocked() bool {
-	for e := f.resident.Front(); e != nil; e = e.Next() {
-		p := e.Value.(*part)
-		if (p.fromCache || p.stored || p.owner.unread.Load()) && p.refs == 1 {
-			f.dropLocked(p)
-			return true
-		}
+// reclaimSpareLocked drops a kept part that costs little to lose, for
+// readahead (see victimLocked). LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) reclaimSpareLocked() bool {
+	if p := f.victimLocked(false); p != nil {
+		f.dropLocked(p)
+		return true
 	}
 	return false
+}
+
+// idleStream: a stream not read for this long has lost its reader (it
+// paused, or went elsewhere); its parts that the cache also holds are
+// among the first to go.
+const idleStream = time.Second
+
+// victimLocked picks the kept part to drop for memory, or nil. Only parts
+// nobody is reading (the keep reference alone) qualify.
+//
+// Readahead takes, least recently used first, only what costs little or
+// is likely unwanted: blocks kept from the cache, parts of handles opened
+// ahead and not read yet, and parts the cache also holds that belong to
+// no stream or to an idle one. It does not take the parts of streams
+// being read: their readers come to them soon, and would then read them
+// back from the disk instead of memory, while the link gains nothing
+// (the budget is full of bytes not read yet; readahead waits for the
+// readers to make room). Taking the least recently used part, the next in
+// line for its reader, sent 40% of a 4-stream cold read through the disk
+// (docs/operations.md).
+//
+// A demand read takes any: the same first, then the part the cache also
+// holds that its reader comes to last (the furthest ahead of its stream's
+// cursor), else the least recently used.
+// LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) victimLocked(demand bool) *part {
+	now := time.Now().UnixNano()
+	var lru, far *part
+	var farAhead int64
+	for e := f.resident.Front(); e != nil; e = e.Next() {
+		p := e.Value.(*part)
+		if p.refs != 1 {
+			continue
+		}
+		if lru == nil {
+			lru = p
+		}
+		if p.fromCache || p.owner.unread.Load() {
+			return p
+		}
+		if !p.stored {
+			continue
+		}
+		if p.stream == nil || now-p.stream.lastRead.Load() >= int64(idleStream) {
+			return p
+		}
+		if d := p.start - p.stream.cursor.Load(); far == nil || d > farAhead {
+			far, farAhead = p, d
+		}
+	}
+	if !demand {
+		return nil
+	}
+	if far != nil {
+		return far
+	}
+	return lru
 }
 
 // dropKeptLocked drops kept parts of h ending at or before `before`: all

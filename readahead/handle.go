@@ -220,11 +220,13 @@ func (h *Handle) prefetch(s *stream, n int64) {
 
 	s.frontier = max(s.frontier, min(alignUp(s.next, f.bs), size))
 	// Without a cache, the window is memory: everything between the
-	// reader and the frontier is held. With a cache, completed parts leave
-	// memory at once, so the window bounds only the bytes in flight and
-	// readahead may run up to two windows ahead: the link stays busy while
-	// the reader works through what has arrived, instead of all parts
-	// being issued, and completing, in one convoy.
+	// reader and the frontier is held. With a cache, the window bounds
+	// only the bytes in flight and readahead may run up to two windows
+	// ahead, as far as the budget holds (completed parts wait in memory
+	// for their reader; the cache has them too, should memory be needed
+	// for a reader): the link stays busy while the reader works through
+	// what has arrived, instead of all parts being issued, and completing,
+	// in one convoy.
 	// A stream opened ahead (Fetcher.OpenAhead) whose reader has not come
 	// yet (next is 0) reaches one window, no more: the reader may never
 	// come, and what it fetched is then wasted.
@@ -309,10 +311,10 @@ func (h *Handle) issue(s *stream, from, to int64) bool {
 	for _, r := range runs {
 		cost += f.pool.class(min(r[1]*f.bs, int64(h.obj.Size)) - r[0]*f.bs)
 	}
-	// Blocks kept from the cache are cheap to read again: readahead may
-	// take their memory.
+	// Memory held for readers is not taken, only what costs little to
+	// lose (see victimLocked).
 	for !f.budget.TryAcquire(cost) {
-		if !f.reclaimCacheBlockLocked() {
+		if !f.reclaimSpareLocked() {
 			return false
 		}
 	}
