@@ -155,6 +155,8 @@ type Fetcher struct {
 	// afterPublish, if set (tests), runs between publishing a part's
 	// bytes and writing them to the cache.
 	afterPublish func(*part)
+	// idleAfter is idleStream (tests lengthen it).
+	idleAfter time.Duration
 
 	unpinned atomic.Uint64 // numbers handles of unversioned objects (objKey)
 
@@ -173,16 +175,17 @@ func New(cfg Config) (*Fetcher, error) {
 		return nil, err
 	}
 	f := &Fetcher{
-		bucket:   cfg.Bucket,
-		cache:    cfg.Cache,
-		log:      cfg.Logger,
-		cfg:      cfg,
-		bs:       cfg.BlockSize,
-		budget:   newBudget(cfg.MemoryLimit),
-		conns:    newConnLimiter(cfg.MaxConnections),
-		pool:     bufPool{blockSize: cfg.BlockSize},
-		table:    make(map[blockKey]*part),
-		resident: list.New(),
+		bucket:    cfg.Bucket,
+		cache:     cfg.Cache,
+		log:       cfg.Logger,
+		cfg:       cfg,
+		bs:        cfg.BlockSize,
+		budget:    newBudget(cfg.MemoryLimit),
+		conns:     newConnLimiter(cfg.MaxConnections),
+		pool:      bufPool{blockSize: cfg.BlockSize},
+		idleAfter: idleStream,
+		table:     make(map[blockKey]*part),
+		resident:  list.New(),
 	}
 	f.budget.reclaim = f.reclaimOne
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -621,7 +624,7 @@ func (f *Fetcher) victimLocked(demand bool) *part {
 		if !p.stored {
 			continue
 		}
-		if p.stream == nil || now-p.stream.lastRead.Load() >= int64(idleStream) {
+		if p.stream == nil || now-p.stream.lastRead.Load() >= int64(f.idleAfter) {
 			return p
 		}
 		if d := p.start - p.stream.cursor.Load(); far == nil || d > farAhead {
