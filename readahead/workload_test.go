@@ -409,7 +409,7 @@ func TestPartReadBeforeSettleLeavesMemory(t *testing.T) {
 		<-answered
 		go func() { // after settle, which runs once this returns
 			defer close(settled)
-			assert.Eventually(t, func() bool { return f.Stats().BudgetInUse == 0 }, 5*time.Second, time.Millisecond,
+			assert.Eventually(t, func() bool { return f.Stats().BudgetInUse == 0 }, time.Minute, time.Millisecond,
 				"memory held after the part was read and settled")
 		}()
 	}
