@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -244,8 +245,13 @@ func Probe(ctx context.Context, b bucket.Bucket) error {
 	case errors.Is(pctx.Err(), context.DeadlineExceeded):
 		// %v, not %w: the inner error matches ErrCanceled (our own
 		// timeout), but what this means is that the store is unreachable.
-		return fmt.Errorf("%w: %s did not answer within %v (check the endpoint, network and credentials): %v",
-			bucket.ErrUnavailable, b.Name(), timeout.Round(time.Millisecond), err)
+		what := fmt.Sprintf("did not answer within %v (check the endpoint, network and credentials)", timeout.Round(time.Millisecond))
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// It answered at once, with a refusal, until the time was up:
+			// nothing listens there.
+			what = fmt.Sprintf("refused the connection for %v (is the endpoint right? nothing listens there)", timeout.Round(time.Millisecond))
+		}
+		return fmt.Errorf("%w: %s %s: %v", bucket.ErrUnavailable, b.Name(), what, err)
 	default:
 		return fmt.Errorf("probe %s: %w", b.Name(), err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -292,6 +293,19 @@ func TestProbe(t *testing.T) {
 		require.ErrorIs(t, err, bucket.ErrUnavailable)
 		assert.NotErrorIs(t, err, bucket.ErrCanceled)
 		assert.Contains(t, err.Error(), "did not answer")
+	})
+	t.Run("refused until the timeout says so", func(t *testing.T) {
+		// As a store at a port nobody listens on: every attempt refused
+		// at once, retried until the probe's time is up.
+		refused := &blocking{err: fmt.Errorf("%w: dial tcp 127.0.0.1:1: %w", bucket.ErrUnavailable, syscall.ECONNREFUSED)}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		err := Probe(ctx, retry.New(refused, retry.Config{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
+		require.ErrorIs(t, err, bucket.ErrUnavailable)
+		assert.NotErrorIs(t, err, bucket.ErrCanceled)
+		assert.Contains(t, err.Error(), "refused the connection for")
+		assert.Contains(t, err.Error(), "127.0.0.1:1")
+		assert.NotContains(t, err.Error(), "did not answer")
 	})
 	t.Run("caller cancel is canceled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
