@@ -218,17 +218,32 @@ func TestSoakMemoryStable(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(d / 2)
-	warm := m.vmHWM(t)
-	time.Sleep(d - d/2)
+	// Warmed up: half the soak and at least 1 GiB read; then as much
+	// again before the end. Measured by bytes as well as time: on a loaded
+	// machine (CI runs packages side by side) the readers move slower,
+	// and after half the time the peak had not been reached yet (2 GiB
+	// read in 90 s, 162 MiB at the half, 197 at the end, where an idle
+	// machine reads 4 GiB and is at 185-189 MiB by the half).
+	start := time.Now()
+	stalled := false
+	waitFor := func(until time.Duration, atLeast int64) {
+		for !stalled && (time.Since(start) < until || bytesRead.Load() < atLeast) && failed.Load() == nil {
+			stalled = time.Since(start) > 5*d
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitFor(d/2, 1<<30)
+	warm, warmBytes := m.vmHWM(t), bytesRead.Load()
+	waitFor(d, 2*warmBytes)
 	close(stop)
 	wg.Wait()
+	require.False(t, stalled, "the soak's readers stalled: %d bytes read in %v", bytesRead.Load(), time.Since(start))
 	if err, _ := failed.Load().(error); err != nil {
 		require.NoError(t, err)
 	}
 	end := m.vmHWM(t)
-	t.Logf("soak %v: read %.0f MiB; VmHWM %.0f MiB after warm-up, %.0f MiB at the end (limit %d MiB)",
-		d, float64(bytesRead.Load())/(1<<20), float64(warm)/(1<<20), float64(end)/(1<<20), limit>>20)
+	t.Logf("soak %v: read %.0f MiB in %v; VmHWM %.0f MiB after warm-up (%.0f MiB read), %.0f MiB at the end (limit %d MiB)",
+		d, float64(bytesRead.Load())/(1<<20), time.Since(start).Round(time.Second), float64(warm)/(1<<20), float64(warmBytes)/(1<<20), float64(end)/(1<<20), limit>>20)
 	assert.LessOrEqual(t, end, int64(limit+96<<20), "peak RSS beyond the memory budget")
 	if d >= time.Minute { // a short soak has no warm-up to compare with
 		assert.LessOrEqual(t, end-warm, int64(32<<20), "peak RSS kept growing after warm-up")
