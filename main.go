@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -129,10 +130,8 @@ func newApp(inv *invocation) *cli.App {
 		ErrWriter:       inv.stderr,
 		// Errors are printed once, by run, as one line.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
-		Commands: []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv)},
+		OnUsageError:   onUsageError,
+		Commands:       commands(inv),
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 && c.NumFlags() == 0 {
 				return cli.ShowAppHelp(c)
@@ -144,6 +143,34 @@ func newApp(inv *invocation) *cli.App {
 			return mountCommand(c.Context, inv, cfg)
 		},
 	}
+}
+
+// commands are ferry's subcommands. Each reports a bad command line the
+// way the mount does: one line on stderr and exit 1, without urfave/cli's
+// "Incorrect Usage" and help text on stdout.
+func commands(inv *invocation) []*cli.Command {
+	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv)}
+	for _, c := range cmds {
+		c.OnUsageError = onUsageError
+	}
+	return cmds
+}
+
+// goFlagName is a flag as Go's flag package names it in its errors
+// ("-name"); ferry's docs and help spell long flags "--name".
+var goFlagName = regexp.MustCompile(`(^|[\s:])-([[:alnum:]][-[:alnum:]_]+)`)
+
+// onUsageError is urfave/cli's OnUsageError for the app and its commands.
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		help := "ferry --help"
+		if c != nil && c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+			help = "ferry " + c.Command.Name + " --help"
+		}
+		msg = fmt.Sprintf("unknown flag -%s (%s lists them)", name, help)
+	}
+	return usageError{errors.New(goFlagName.ReplaceAllString(msg, "$1--$2"))}
 }
 
 func docsCommand(inv *invocation) *cli.Command {

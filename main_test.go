@@ -192,7 +192,12 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"ferry", "--cache-dir=/c", "--cache-size=12 parsecs", "gs://b", mnt},
 			exitUsage, `ferry: --cache-size: "12 parsecs" is not a size (use e.g. 200GiB)`},
 		{[]string{"ferry", "gs://b", mnt, "--log-format=xml"}, exitUsage, "ferry: --log-format:"},
-		{[]string{"ferry", "--bogus", "gs://b", mnt}, exitUsage, "ferry: flag provided but not defined"},
+		{[]string{"ferry", "--bogus", "gs://b", mnt}, exitUsage, "ferry: unknown flag --bogus (ferry --help lists them)"},
+		{[]string{"ferry", "warm", "--bogus", mnt}, exitUsage, "ferry: unknown flag --bogus (ferry warm --help lists them)"},
+		{[]string{"ferry", "warm", "-q", mnt}, exitUsage, "ferry: unknown flag -q (ferry warm --help lists them)"},
+		{[]string{"ferry", "warm", "--parallel", "many", mnt}, exitUsage, `ferry: invalid value "many" for flag --parallel: parse error`},
+		{[]string{"ferry", "invalidate", "--data=maybe", mnt}, exitUsage, `ferry: invalid boolean value "maybe" for --data: parse error`},
+		{[]string{"ferry", "install-helper", "--dest"}, exitUsage, "ferry: flag needs an argument: --dest"},
 		{[]string{"ferry", "ftp://b", mnt}, exitUsage, `unknown scheme "ftp"`},
 		{[]string{"ferry", "gs://b", filepath.Join(mnt, "missing")}, exitUsage, "does not exist"},
 		{[]string{"ferry", "gs://b", notDir}, exitUsage, "is not a directory"},
@@ -203,9 +208,10 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "memory_limit=1KiB"}, exitUsage, "mount.ferry: --memory-limit: 1.0 KiB is below the minimum"},
 		{[]string{"ferry", "docs", "nothing"}, exitUsage, "usage: ferry docs flags"},
 	} {
-		code, _, stderr := runCmd(tc.argv...)
+		code, stdout, stderr := runCmd(tc.argv...)
 		assert.Equal(t, tc.code, code, "%v: %s", tc.argv, stderr)
 		assert.Contains(t, stderr, tc.msg, "%v", tc.argv)
+		assert.Empty(t, stdout, "%v: no help text after the error", tc.argv)
 		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
 	}
 }
