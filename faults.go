@@ -119,10 +119,18 @@ const heapOverhead = 48 << 20
 // GC lets the heap grow to twice what is live, and pooled buffers waiting
 // for reuse are not accounted at all: a 128 MiB budget peaked at 245 MiB
 // RSS in the soak test. GOMEMLIMIT, if set, wins.
-func limitHeap(memoryLimit int64, logger *slog.Logger) {
+//
+// The function returned (nil when there is no limit to keep) is
+// readahead's Config.OffHeap: buffers mapped outside the Go heap lower
+// the heap's limit by as much, so the heap and they stay within the
+// budget and the overhead together.
+func limitHeap(memoryLimit int64, logger *slog.Logger) func(offHeap int64) {
 	if os.Getenv("GOMEMLIMIT") != "" || memoryLimit <= 0 {
-		return
+		return nil
 	}
 	debug.SetMemoryLimit(memoryLimit + heapOverhead)
 	logger.Debug("runtime memory limit set", "bytes", memoryLimit+heapOverhead)
+	return func(offHeap int64) {
+		debug.SetMemoryLimit(memoryLimit + heapOverhead - min(max(offHeap, 0), memoryLimit))
+	}
 }

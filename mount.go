@@ -186,7 +186,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		<-watcherDone
 	}()
 
-	limitHeap(cfg.MemoryLimit, logger)
+	offHeap := limitHeap(cfg.MemoryLimit, logger)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -277,6 +277,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		BlockSize:      blockSize,
 		Logger:         logger,
 		Registerer:     reg,
+		OffHeap:        offHeap,
 	})
 	if err != nil {
 		return err

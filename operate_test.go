@@ -105,6 +105,7 @@ func TestMetricsNamesLint(t *testing.T) {
 		// readahead
 		"ferry_readahead_budget_bytes", "ferry_readahead_budget_limit_bytes", "ferry_readahead_budget_peak_bytes",
 		"ferry_readahead_dropped_total", "ferry_readahead_window_bytes",
+		"ferry_readahead_mapped_bytes", "ferry_readahead_mapped_free_bytes",
 		// store (the mount's probe made a request)
 		"ferry_store_requests_total", "ferry_store_request_duration_seconds", "ferry_store_read_bytes_total",
 	} {

@@ -89,6 +89,11 @@ type Config struct {
 	Logger    *slog.Logger
 	// Registerer receives the ferry_readahead_* metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// OffHeap, if set, is told how many bytes of buffers are mapped outside
+	// the Go heap (see mappedBuffers) whenever that changes, so that the
+	// caller can lower the runtime's memory limit by as much. It is called
+	// with a lock held: it must not call back into the Fetcher.
+	OffHeap func(bytes int64)
 
 	// PartSize is the size of one ranged GET of readahead (rounded up to a
 	// multiple of the block size).

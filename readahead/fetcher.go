@@ -187,6 +187,16 @@ func New(cfg Config) (*Fetcher, error) {
 		table:     make(map[blockKey]*part),
 		resident:  list.New(),
 	}
+	f.pool.room = func() int64 {
+		used, _ := f.budget.snapshot()
+		return f.budget.limit - used
+	}
+	if !raceDetector {
+		f.pool.mapped = newMappedBuffers(cfg.MemoryLimit)
+		if f.pool.mapped != nil {
+			f.pool.mapped.onChange = cfg.OffHeap
+		}
+	}
 	f.budget.reclaim = f.reclaimOne
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if err := f.register(cfg.Registerer); err != nil {
@@ -287,6 +297,7 @@ func (f *Fetcher) Close() {
 		e = next
 	}
 	f.mu.Unlock()
+	f.pool.close()
 	if f.reg != nil {
 		for _, c := range f.collectors {
 			f.reg.Unregister(c)

@@ -84,6 +84,14 @@ func (f *Fetcher) register(reg prometheus.Registerer) error {
 			Name: "ferry_readahead_budget_limit_bytes",
 			Help: "The readahead memory budget (--memory-limit).",
 		}, func() float64 { return float64(f.budget.limit) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_readahead_mapped_bytes",
+			Help: "Read buffers mapped outside the Go heap for huge pages, in use or kept for reuse.",
+		}, func() float64 { mapped, _ := f.pool.mapped.snapshot(); return float64(mapped) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_readahead_mapped_free_bytes",
+			Help: "Of ferry_readahead_mapped_bytes, buffers kept for reuse (within the budget not in use; returned after 10s unused).",
+		}, func() float64 { _, free := f.pool.mapped.snapshot(); return float64(free) }),
 		counter("ferry_readahead_dropped_total",
 			"Readahead parts not issued because the memory budget was full.", &f.stats.specDropped),
 		counter("ferry_readahead_fetched_bytes_total",

@@ -865,6 +865,8 @@ func TestMetrics(t *testing.T) {
 	}
 	assert.Equal(t, float64(64*MiB), got["ferry_readahead_budget_limit_bytes"])
 	assert.Contains(t, got, "ferry_readahead_budget_bytes")
+	assert.Contains(t, got, "ferry_readahead_mapped_bytes") // TestFetcherWithMappedBuffers: values
+	assert.Contains(t, got, "ferry_readahead_mapped_free_bytes")
 	assert.Contains(t, got, "ferry_readahead_dropped_total")
 	assert.Positive(t, got["ferry_readahead_window_bytes"], "window growth observed")
 	assert.Equal(t, float64(8*MiB), got["ferry_readahead_fetched_bytes_total"])

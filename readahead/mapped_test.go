@@ -1,0 +1,293 @@
+package readahead
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// mapping returns the VmFlags of the mapping holding addr, from
+// /proc/self/smaps, and whether there is one.
+func mapping(t *testing.T, addr uintptr) ([]string, bool) {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	in, found := false, false
+	for sc.Scan() {
+		line := sc.Text()
+		var lo, hi uintptr
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 {
+			in = lo <= addr && addr < hi
+			found = found || in
+			continue
+		}
+		if in && strings.HasPrefix(line, "VmFlags:") {
+			return strings.Fields(strings.TrimPrefix(line, "VmFlags:")), true
+		}
+	}
+	require.NoError(t, sc.Err())
+	return nil, found
+}
+
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func needHugePages(t *testing.T) int64 {
+	hp := hugePageSize()
+	if hp == 0 {
+		t.Skip("no transparent huge pages here")
+	}
+	return hp
+}
+
+// checkMapped: the pool's books agree with its buffers, and it never maps
+// more than its limit.
+func checkMapped(t *testing.T, m *mappedBuffers) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var sum, free int64
+	for _, c := range m.owned {
+		sum += c
+	}
+	for c, l := range m.free {
+		for _, fb := range l {
+			free += c
+			assert.Equal(t, c, m.owned[unsafe.SliceData(fb.b)], "a free buffer is owned, with its size")
+		}
+	}
+	assert.Equal(t, sum, m.mapped)
+	assert.Equal(t, free, m.freeBytes)
+	assert.LessOrEqual(t, m.mapped, m.limit)
+}
+
+// TestMappedBuffers: buffers are whole huge pages, aligned and advised to
+// use huge pages; freed ones are reused; mapped bytes never exceed the
+// limit (free buffers of other sizes give way); idle ones are unmapped.
+func TestMappedBuffers(t *testing.T) {
+	hp := needHugePages(t)
+	m := newMappedBuffers(8 * hp)
+	require.NotNil(t, m)
+	m.idle = time.Hour // trimmed by hand below
+	var told []int64   // what Config.OffHeap hears
+	m.onChange = func(n int64) { told = append(told, n) }
+	assert.True(t, m.fits(2*hp))
+	assert.False(t, m.fits(hp+64<<10), "not whole huge pages: the heap's")
+	assert.False(t, m.fits(0))
+
+	b := m.get(2 * hp)
+	require.Len(t, b, int(2*hp))
+	assert.Zero(t, addrOf(b)%uintptr(hp), "aligned to a huge page")
+	flags, ok := mapping(t, addrOf(b))
+	require.True(t, ok)
+	assert.Contains(t, flags, "hg", "advised MADV_HUGEPAGE")
+	for i := range b {
+		b[i] = byte(i)
+	}
+	first := addrOf(b)
+	require.True(t, m.put(b[:100]), "taken back whatever its length")
+	b = m.get(2 * hp)
+	assert.Equal(t, first, addrOf(b), "reused")
+	assert.Equal(t, byte(99), b[99], "reused as it was: not zeroed")
+	checkMapped(t, m)
+	assert.Equal(t, []int64{2 * hp}, told, "one mapping")
+
+	// Up to the limit, then none: the caller uses the heap.
+	bufs := [][]byte{b}
+	for range 3 {
+		bufs = append(bufs, m.get(2*hp))
+	}
+	for _, b := range bufs {
+		require.NotNil(t, b)
+	}
+	assert.Nil(t, m.get(2*hp), "all 8 huge pages in use")
+	assert.Nil(t, m.get(hp))
+	checkMapped(t, m)
+
+	// A free buffer of another size gives way to a new one.
+	require.True(t, m.put(bufs[0]))
+	small := m.get(hp)
+	require.NotNil(t, small)
+	checkMapped(t, m)
+	assert.Equal(t, 7*hp, m.mapped, "the free buffer was unmapped")
+	assert.Empty(t, m.free[2*hp])
+
+	// Not ours: heap buffers are left to the caller.
+	assert.False(t, m.put(make([]byte, 2*hp)))
+	assert.False(t, m.put(nil))
+
+	// Idle buffers are unmapped by trim; recent ones are kept.
+	m.idle = 50 * time.Millisecond
+	require.True(t, m.put(bufs[1]))
+	time.Sleep(60 * time.Millisecond)
+	require.True(t, m.put(bufs[2]))
+	m.trim()
+	m.mu.Lock()
+	assert.Len(t, m.free[2*hp], 1, "the recent one is kept")
+	_, owned := m.owned[unsafe.SliceData(bufs[1])] // (a lookup: nothing may read an unmapped buffer)
+	assert.False(t, owned, "the idle one is unmapped")
+	m.mu.Unlock()
+	checkMapped(t, m)
+	// ... and then by the timer.
+	require.Eventually(t, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.free[2*hp]) == 0
+	}, time.Minute, 10*time.Millisecond)
+	checkMapped(t, m)
+
+	// close unmaps what is free now, the rest when it comes back.
+	require.True(t, m.put(small))
+	m.close()
+	checkMapped(t, m)
+	assert.Equal(t, 2*hp, m.mapped, "bufs[3] still in use")
+	assert.True(t, m.put(bufs[3]))
+	assert.Zero(t, m.mapped)
+	assert.Empty(t, m.owned)
+	require.NotEmpty(t, told)
+	assert.Zero(t, told[len(told)-1], "all unmapped: told so")
+	assert.Nil(t, m.get(2*hp), "closed: the heap's")
+}
+
+// TestPoolKeepsFreeMappedWithinBudget: free mapped buffers are kept only
+// while the budget has room for them; buffers taken for other sizes (from
+// the heap) push them out, so that what is in use and what is kept never
+// exceed the budget together.
+func TestPoolKeepsFreeMappedWithinBudget(t *testing.T) {
+	hp := needHugePages(t)
+	limit, used := 8*hp, int64(0)
+	p := bufPool{blockSize: 64 << 10, mapped: newMappedBuffers(limit), room: func() int64 { return limit - used }}
+	defer p.close()
+	m := p.mapped
+	m.idle = time.Hour
+
+	// A sequential read: four parts of two huge pages, then done.
+	var bufs [][]byte
+	for range 4 {
+		used += 2 * hp
+		bufs = append(bufs, p.get(2*hp))
+	}
+	for _, b := range bufs {
+		p.put(b)
+		used -= 2 * hp
+	}
+	checkMapped(t, m)
+	assert.Equal(t, 8*hp, m.freeBytes, "kept for the next read: the budget has room")
+
+	// Random reads: buffers of other sizes, from the heap, take 3 huge
+	// pages' worth of the budget; two free mapped buffers make way.
+	used += 3 * hp
+	heap := p.get(3*hp - 64<<10)
+	require.Len(t, heap, int(3*hp-64<<10))
+	checkMapped(t, m)
+	assert.Equal(t, 4*hp, m.freeBytes)
+	assert.LessOrEqual(t, used+m.freeBytes, limit)
+
+	// A mapped buffer reused is no longer free: nothing else goes.
+	used += 2 * hp
+	b := p.get(2 * hp)
+	assert.Equal(t, 2*hp, m.freeBytes)
+	assert.LessOrEqual(t, used+m.freeBytes, limit)
+	p.put(b)
+	p.put(heap)
+	checkMapped(t, m)
+}
+
+// TestMappedBuffersConcurrent: many goroutines taking and returning
+// buffers of two sizes, each writing its buffer and checking it is still
+// its own before giving it back.
+func TestMappedBuffersConcurrent(t *testing.T) {
+	hp := needHugePages(t)
+	m := newMappedBuffers(16 * hp)
+	require.NotNil(t, m)
+	m.idle = time.Millisecond // unmapping races with reuse
+	defer m.close()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				c := hp * int64(1+(w+i)%2)
+				b := m.get(c)
+				if b == nil {
+					continue // at the limit
+				}
+				tag := byte(w*31 + i)
+				for j := 0; j < len(b); j += 4096 {
+					b[j] = tag
+				}
+				for j := 0; j < len(b); j += 4096 {
+					if b[j] != tag {
+						t.Errorf("buffer shared: %d at %d", b[j], j)
+						return
+					}
+				}
+				m.put(b)
+			}
+		}()
+	}
+	wg.Wait()
+	checkMapped(t, m)
+}
+
+// TestFetcherWithMappedBuffers: the concurrent workload of
+// TestBudgetUnderConcurrentWorkload, every byte checked, with parts in
+// mapped buffers (a Fetcher keeps them on the heap under the race
+// detector, which sees only the heap).
+func TestFetcherWithMappedBuffers(t *testing.T) {
+	hp := needHugePages(t)
+	b := newFakeBucket()
+	// Windows are cut into 16 parts: from 32 huge pages on, parts are
+	// whole huge pages.
+	reg := prometheus.NewRegistry()
+	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 48 * hp, BlockSize: 64 * KiB, PartSize: hp,
+		InitialWindow: 2 * hp, MaxWindow: 32 * hp, MaxConnections: 4, SmallObjectSize: 256 * KiB, Registerer: reg})
+	if f.pool.mapped == nil {
+		f.pool.mapped = newMappedBuffers(f.cfg.MemoryLimit)
+	}
+	m := f.pool.mapped
+	size := 64 * hp
+	if raceEnabled {
+		size = 40 * hp
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := f.Open(b.put(fmt.Sprintf("obj-%d", w), size+int64(w)*4096))
+			defer h.Close()
+			sequential(t, b, h, 1*MiB)
+		}()
+	}
+	wg.Wait()
+	m.mu.Lock()
+	used := len(m.owned)
+	m.mu.Unlock()
+	assert.Positive(t, used, "parts were read into mapped buffers")
+	checkMapped(t, m)
+	// The metrics say as much.
+	mapped, free := m.snapshot()
+	assert.Positive(t, free, "every handle closed: kept for reuse")
+	assert.InDelta(t, float64(mapped), testutil.ToFloat64(f.collectors[3]), 0)
+	assert.InDelta(t, float64(free), testutil.ToFloat64(f.collectors[4]), 0)
+	n, err := testutil.GatherAndCount(reg, "ferry_readahead_mapped_bytes", "ferry_readahead_mapped_free_bytes")
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	f.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Zero(t, m.mapped, "closed with every handle closed: all unmapped")
+}

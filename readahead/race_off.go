@@ -1,0 +1,5 @@
+//go:build !race
+
+package readahead
+
+const raceDetector = false
