@@ -122,15 +122,23 @@ const heapOverhead = 48 << 20
 //
 // The function returned (nil when there is no limit to keep) is
 // readahead's Config.OffHeap: buffers mapped outside the Go heap lower
-// the heap's limit by as much, so the heap and they stay within the
-// budget and the overhead together.
+// the runtime's limit, ours or GOMEMLIMIT's, by as much (down to
+// heapOverhead at most), so that the heap and they stay within it
+// together.
 func limitHeap(memoryLimit int64, logger *slog.Logger) func(offHeap int64) {
-	if os.Getenv("GOMEMLIMIT") != "" || memoryLimit <= 0 {
+	var base int64
+	switch {
+	case os.Getenv("GOMEMLIMIT") != "":
+		base = debug.SetMemoryLimit(-1) // reads it
+	case memoryLimit > 0:
+		base = memoryLimit + heapOverhead
+		debug.SetMemoryLimit(base)
+		logger.Debug("runtime memory limit set", "bytes", base)
+	default:
 		return nil
 	}
-	debug.SetMemoryLimit(memoryLimit + heapOverhead)
-	logger.Debug("runtime memory limit set", "bytes", memoryLimit+heapOverhead)
+	floor := min(base, heapOverhead)
 	return func(offHeap int64) {
-		debug.SetMemoryLimit(memoryLimit + heapOverhead - min(max(offHeap, 0), memoryLimit))
+		debug.SetMemoryLimit(max(base-max(offHeap, 0), floor))
 	}
 }

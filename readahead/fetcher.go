@@ -129,7 +129,8 @@ type part struct {
 // Fetcher fetches object ranges for many handles under one memory budget
 // and one connection budget.
 //
-// Lock order: Handle.mu, then Fetcher.mu, then budget.mu / connLimiter.mu.
+// Lock order: Handle.mu, then Fetcher.mu, then budget.mu / connLimiter.mu /
+// mappedBuffers.mu (a leaf: under it only munmap and Config.OffHeap run).
 // budget.Acquire may call reclaimOne (Fetcher.mu), so it is never called
 // with Fetcher.mu held.
 type Fetcher struct {

@@ -132,6 +132,7 @@ func (m *mappedBuffers) get(c int64) []byte {
 	defer m.mu.Unlock()
 	if b == nil {
 		m.mapped -= c
+		m.changedLocked() // a change in between may have told the reservation
 		return nil
 	}
 	m.owned[unsafe.SliceData(b)] = c
