@@ -325,18 +325,25 @@ func (m *mounted) unmount(t *testing.T) {
 }
 
 // vmHWM is the daemon's peak resident set in bytes.
-func (m *mounted) vmHWM(t *testing.T) int64 {
+func (m *mounted) vmHWM(t *testing.T) int64 { return m.procStatus(t, "VmHWM") }
+
+// vmRSS is the ferry process's resident set size now, in bytes.
+func (m *mounted) vmRSS(t *testing.T) int64 { return m.procStatus(t, "VmRSS") }
+
+// procStatus is a size field of the ferry process's /proc/PID/status, in
+// bytes.
+func (m *mounted) procStatus(t *testing.T, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.pid))
 	require.NoError(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
+		if strings.HasPrefix(line, field+":") {
 			f := strings.Fields(line)
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			require.NoError(t, err)
 			return kb << 10
 		}
 	}
-	t.Fatal("no VmHWM")
+	t.Fatalf("no %s", field)
 	return 0
 }
 
