@@ -54,6 +54,7 @@ func Run(t *testing.T, newBucket func(t *testing.T) (bucket.Bucket, bucket.Write
 		{"ListPrefixNotEndingInDelimiter", testListPartialPrefix},
 		{"ListFileAndPrefixSameName", testListFileAndPrefixSameName},
 		{"ListPaging", testListPaging},
+		{"ListAgreesWithStat", testListAgreesWithStat},
 		{"SpecialNames", testSpecialNames},
 		{"LongNames", testLongNames},
 		{"ReadRanges", testReadRanges},
@@ -456,6 +457,22 @@ func testListImplicitDirs(t *testing.T, b bucket.Bucket, w bucket.Writer) {
 	for _, name := range []string{"a", "a/", "a/b", "a/b/"} {
 		_, err := b.Stat(t.Context(), &bucket.StatRequest{Name: name})
 		assert.ErrorIs(t, err, bucket.ErrNotFound, "Stat(%q) of an implicit directory", name)
+	}
+}
+
+// testListAgreesWithStat: a listing names each object by the same
+// version and size as Stat does. ferry keys its disk cache and its
+// readahead by them: a file opened ahead from the listing and then by its
+// reader (from Stat) must be one object, or its bytes are fetched and
+// cached twice.
+func testListAgreesWithStat(t *testing.T, b bucket.Bucket, w bucket.Writer) {
+	names := []string{"v/a", "v/b", "v/c"}
+	putAll(t, w, names, func(n string) []byte { return bytes.Repeat([]byte(n), 1000) })
+	put(t, w, "v/b", []byte("overwritten")) // a second version
+	for _, o := range listNames(t, b, "v/", "/", names, nil) {
+		s := stat(t, b, o.Name)
+		assert.Equal(t, s.Version, o.Version, "List and Stat disagree on the version of %q", o.Name)
+		assert.Equal(t, s.Size, o.Size, "List and Stat disagree on the size of %q", o.Name)
 	}
 }
 
