@@ -46,9 +46,9 @@ const mappedIdle = 10 * time.Second
 // among others) the Go heap gets none, and a readahead buffer is touched
 // one 4 KiB page at a time, then read into from sockets and copied out to
 // the kernel through 1024 page-table entries per 4 MiB part. On a
-// paravirtualised guest where page tables are dear, huge pages for ferry
-// alone took a cold 4-stream read from 55% to 71-83% of the link
-// (docs/operations.md). The Go heap's large objects are aligned to 8 KiB
+// paravirtualised guest where touching memory is dear, huge pages for
+// ferry alone took a cold 4-stream read from 55% to 71-83% of the link
+// (docs/operations.md, "Huge pages"). The Go heap's large objects are aligned to 8 KiB
 // only, so advising them in place covers half of each part at best.
 //
 // Memory: mapped bytes, in use or free, never exceed limit (the memory
