@@ -868,8 +868,14 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	return nil
 }
 
-// FlushFile is sent on every close(2); nothing is ever dirty.
-func (fs *fileSystem) FlushFile(ctx context.Context, op *fuseops.FlushFileOp) error { return nil }
+// FlushFile is sent on close(2), and the closer waits for the answer.
+// Nothing is ever dirty, so the answer is ENOSYS: the kernel then stops
+// sending flushes for the whole mount (fc->no_flush), and a data loader's
+// open-read-close of a small file makes three round trips, not four
+// (measured with 2000 warm 128 KiB files: 2000 flushes before).
+func (fs *fileSystem) FlushFile(ctx context.Context, op *fuseops.FlushFileOp) error {
+	return syscall.ENOSYS
+}
 
 func (fs *fileSystem) SyncFile(ctx context.Context, op *fuseops.SyncFileOp) error { return nil }
 
@@ -925,5 +931,6 @@ func (fs *fileSystem) Fallocate(ctx context.Context, op *fuseops.FallocateOp) er
 	return syscall.EROFS
 }
 
-// GetXattr answers ferry's own read-only attributes (xattr.go); ListXattr
-// stays ENOSYS, so that they are never copied out of the mount.
+// GetXattr and ListXattr are left to fuseutil.NotImplementedFileSystem:
+// ENOSYS, after which the kernel stops asking (`ls -l` asks for
+// security.selinux and ACLs of every entry).

@@ -19,6 +19,8 @@ import (
 
 	"github.com/jacobsa/fuse"
 	"github.com/jacobsa/fuse/fuseops"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -189,6 +191,30 @@ func TestMountReads(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// TestMountNoFlush: closing a file costs no round trip. The first flush
+// is answered ENOSYS, after which the kernel sends none; every close is
+// still released, and reads after it are right.
+func TestMountNoFlush(t *testing.T) {
+	b := newTestBucket()
+	const n = 20
+	for i := range n {
+		b.put(fmt.Sprintf("f%d", i), randomBytes(100+i, uint64(i)))
+	}
+	reg := prometheus.NewRegistry()
+	dir, fsys := mount(t, b, func(c *Config) { c.Registerer = reg }, MountOptions{})
+	for i := range n {
+		got, err := readFile(filepath.Join(dir, fmt.Sprintf("f%d", i)))
+		require.NoError(t, err)
+		require.Equal(t, randomBytes(100+i, uint64(i)), got)
+	}
+	assert.Equal(t, 1.0, testutil.ToFloat64(fsys.ops.ops.WithLabelValues("flush")), "flushes for %d closes", n)
+	assert.Equal(t, 1.0, testutil.ToFloat64(fsys.ops.errs.WithLabelValues("flush", "ENOSYS")))
+	// Releases are sent in the background: wait for them.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(fsys.ops.ops.WithLabelValues("release")) == n
+	}, 10*time.Second, 10*time.Millisecond, "every close is released")
 }
 
 func TestMountTree(t *testing.T) {
