@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"testing"
 	"time"
 
@@ -64,4 +66,27 @@ func TestContextErrorAndRetryable(t *testing.T) {
 	already := fmt.Errorf("x: %w", ErrCanceled)
 	assert.Same(t, already, ContextError(done, already))
 	assert.True(t, errors.Is(ContextError(done, errors.New("eof")), ErrCanceled))
+}
+
+// TestTrimURL: the query goes from the URL of a *url.Error anywhere in
+// the chain; the rest of the message and the chain stay.
+func TestTrimURL(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	uerr := &url.Error{Op: "Get", URL: "http://h:1/storage/v1/b/x/o?alt=json&prefix=a%2Fb&maxResults=1", Err: dial}
+	// Under a wrapper that builds its message when asked (as the SDKs'
+	// errors do).
+	err := TrimURL(WithRetryAfter(uerr, time.Second))
+	assert.Equal(t, `Get "http://h:1/storage/v1/b/x/o": dial tcp: connection refused`, err.Error())
+	_, ok := RetryAfter(err)
+	assert.True(t, ok)
+	var got *url.Error
+	assert.True(t, errors.As(err, &got))
+	assert.ErrorIs(t, err, dial)
+
+	// No url.Error, or no query: unchanged.
+	plain := errors.New("x?y=1")
+	assert.Same(t, plain, TrimURL(plain))
+	bare := &url.Error{Op: "Get", URL: "http://h/p", Err: dial}
+	assert.Equal(t, bare.Error(), TrimURL(bare).Error())
+	assert.Nil(t, TrimURL(nil))
 }

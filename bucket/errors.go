@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"errors"
+	"net/url"
 	"time"
 )
 
@@ -70,4 +71,25 @@ func ContextError(ctx context.Context, err error) error {
 // not a cancellation.
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrCanceled)
+}
+
+// TrimURL drops the query from the URL of the *url.Error in err's chain
+// (every failed http.Client.Do makes one), in place, and returns err. A
+// listing's URL carries a dozen parameters, which made a dead store's
+// one-line error several hundred characters long; method, host and path
+// still say which request failed. Backends call it on the errors of the
+// requests they made (the url.Error is theirs to change), before wrapping
+// them: fmt.Errorf formats its message at once.
+func TrimURL(err error) error {
+	var uerr *url.Error
+	if !errors.As(err, &uerr) {
+		return err
+	}
+	u, perr := url.Parse(uerr.URL)
+	if perr != nil || u.RawQuery == "" && !u.ForceQuery {
+		return err
+	}
+	u.RawQuery, u.ForceQuery = "", false
+	uerr.URL = u.String()
+	return err
 }

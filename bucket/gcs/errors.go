@@ -24,6 +24,7 @@ func mapError(ctx context.Context, op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
+	err = bucket.TrimURL(err)
 	if ctx.Err() != nil {
 		return bucket.ContextError(ctx, fmt.Errorf("gcs: %s %q: %w", op, name, err))
 	}

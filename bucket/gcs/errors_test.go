@@ -122,6 +122,10 @@ func TestUnreachableEndpoint(t *testing.T) {
 	assert.NotErrorIs(t, err, bucket.ErrCanceled)
 	_, err = b.List(ctx, &bucket.ListRequest{})
 	assert.ErrorIs(t, err, bucket.ErrUnavailable)
+	// The request's URL without its dozen list parameters.
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `Get "http://127.0.0.1:`+strconv.Itoa(port)+`/storage/v1/b/b/o": dial tcp`)
+	assert.NotContains(t, err.Error(), "?")
 	_, err = b.NewRangeReader(ctx, &bucket.ReadRequest{Name: "o", Range: bucket.ByteRange{Limit: 1}})
 	assert.ErrorIs(t, err, bucket.ErrUnavailable)
 	assert.True(t, bucket.IsRetryable(err))

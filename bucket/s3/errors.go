@@ -24,6 +24,7 @@ func (b *Bucket) translate(ctx context.Context, op, name string, err error) erro
 	if err == nil {
 		return nil
 	}
+	err = bucket.TrimURL(err)
 	sentinel := classify(err)
 	hint := ""
 	if region := bucketRegion(err); region != "" {

@@ -239,6 +239,10 @@ func TestClosedPort(t *testing.T) {
 	assert.NotErrorIs(t, err, bucket.ErrCanceled)
 	_, err = b.List(ctx, &bucket.ListRequest{})
 	assert.ErrorIs(t, err, bucket.ErrUnavailable)
+	// The request's URL without its list parameters.
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf(`Get "http://127.0.0.1:%d/b": dial tcp`, port))
+	assert.NotContains(t, err.Error(), "?")
 	_, err = b.NewRangeReader(ctx, &bucket.ReadRequest{Name: "k", Range: bucket.ByteRange{Limit: 1}})
 	assert.ErrorIs(t, err, bucket.ErrUnavailable)
 }
