@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,25 +69,42 @@ func TestContextErrorAndRetryable(t *testing.T) {
 	assert.True(t, errors.Is(ContextError(done, errors.New("eof")), ErrCanceled))
 }
 
-// TestTrimURL: the query goes from the URL of a *url.Error anywhere in
-// the chain; the rest of the message and the chain stay.
+// TestTrimURL: the query goes from the URL the first *url.Error in the
+// chain shows; the rest of the message and the chain stay, and the error
+// given is not changed (it may be shared: -race checks the goroutines).
 func TestTrimURL(t *testing.T) {
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
-	uerr := &url.Error{Op: "Get", URL: "http://h:1/storage/v1/b/x/o?alt=json&prefix=a%2Fb&maxResults=1", Err: dial}
-	// Under a wrapper that builds its message when asked (as the SDKs'
-	// errors do).
-	err := TrimURL(WithRetryAfter(uerr, time.Second))
-	assert.Equal(t, `Get "http://h:1/storage/v1/b/x/o": dial tcp: connection refused`, err.Error())
-	_, ok := RetryAfter(err)
-	assert.True(t, ok)
-	var got *url.Error
-	assert.True(t, errors.As(err, &got))
-	assert.ErrorIs(t, err, dial)
+	const long = "http://h:1/storage/v1/b/x/o?alt=json&prefix=a%2Fb&maxResults=1"
+	uerr := &url.Error{Op: "Get", URL: long, Err: dial}
+	shared := WithRetryAfter(uerr, time.Second)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := TrimURL(shared)
+			assert.Equal(t, `Get "http://h:1/storage/v1/b/x/o": dial tcp: connection refused`, err.Error())
+			_, ok := RetryAfter(err)
+			assert.True(t, ok)
+			var got *url.Error
+			assert.True(t, errors.As(err, &got))
+			assert.ErrorIs(t, err, dial)
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, long, uerr.URL, "the shared error is not changed")
+	assert.Contains(t, shared.Error(), "maxResults=1")
 
-	// No url.Error, or no query: unchanged.
+	// Only the first url.Error: an inner one (a token fetch, say) keeps
+	// its query.
+	inner := &url.Error{Op: "Post", URL: "http://meta/token?scopes=s", Err: dial}
+	outer := &url.Error{Op: "Get", URL: "http://h/o?alt=json", Err: inner}
+	assert.Equal(t, `Get "http://h/o": Post "http://meta/token?scopes=s": dial tcp: connection refused`, TrimURL(outer).Error())
+
+	// No url.Error, or no query: the same error.
 	plain := errors.New("x?y=1")
 	assert.Same(t, plain, TrimURL(plain))
 	bare := &url.Error{Op: "Get", URL: "http://h/p", Err: dial}
-	assert.Equal(t, bare.Error(), TrimURL(bare).Error())
+	assert.Same(t, bare, TrimURL(bare))
 	assert.Nil(t, TrimURL(nil))
 }

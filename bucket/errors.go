@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -73,13 +75,16 @@ func IsRetryable(err error) bool {
 	return errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrCanceled)
 }
 
-// TrimURL drops the query from the URL of the *url.Error in err's chain
-// (every failed http.Client.Do makes one), in place, and returns err. A
-// listing's URL carries a dozen parameters, which made a dead store's
+// TrimURL returns err with the query left out of the URL that the first
+// *url.Error in its chain shows (every failed http.Client.Do makes one).
+// A listing's URL carries a dozen parameters, which made a dead store's
 // one-line error several hundred characters long; method, host and path
-// still say which request failed. Backends call it on the errors of the
-// requests they made (the url.Error is theirs to change), before wrapping
-// them: fmt.Errorf formats its message at once.
+// still say which request failed. The caller makes sure that url.Error
+// is its own request's: a credential provider's query names the account
+// and role that failed, and is kept. err itself is not changed (SDKs
+// share some errors between goroutines); the result wraps it, so
+// errors.Is and errors.As see the same chain. Call it before wrapping
+// err with fmt.Errorf, which formats its message at once.
 func TrimURL(err error) error {
 	var uerr *url.Error
 	if !errors.As(err, &uerr) {
@@ -90,6 +95,20 @@ func TrimURL(err error) error {
 		return err
 	}
 	u.RawQuery, u.ForceQuery = "", false
-	uerr.URL = u.String()
-	return err
+	msg := err.Error()
+	// url.Error quotes its URL with %q.
+	short := strings.Replace(msg, strconv.Quote(uerr.URL), strconv.Quote(u.String()), 1)
+	if short == msg {
+		return err
+	}
+	return &trimmedError{err: err, msg: short}
 }
+
+// trimmedError is err with another message.
+type trimmedError struct {
+	err error
+	msg string
+}
+
+func (e *trimmedError) Error() string { return e.msg }
+func (e *trimmedError) Unwrap() error { return e.err }

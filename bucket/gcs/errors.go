@@ -24,6 +24,8 @@ func mapError(ctx context.Context, op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
+	// The first url.Error is the storage request's own (a token fetch
+	// that fails is wrapped inside it).
 	err = bucket.TrimURL(err)
 	if ctx.Err() != nil {
 		return bucket.ContextError(ctx, fmt.Errorf("gcs: %s %q: %w", op, name, err))

@@ -24,7 +24,13 @@ func (b *Bucket) translate(ctx context.Context, op, name string, err error) erro
 	if err == nil {
 		return nil
 	}
-	err = bucket.TrimURL(err)
+	// A request that was sent (or tried to be): its URL's query is the
+	// SDK's parameters. Before it is sent, a url.Error is a credential
+	// provider's, whose query says which account failed.
+	var sendErr *smithyhttp.RequestSendError
+	if errors.As(err, &sendErr) {
+		err = bucket.TrimURL(err)
+	}
 	sentinel := classify(err)
 	hint := ""
 	if region := bucketRegion(err); region != "" {

@@ -7,12 +7,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -245,6 +248,26 @@ func TestClosedPort(t *testing.T) {
 	assert.NotContains(t, err.Error(), "?")
 	_, err = b.NewRangeReader(ctx, &bucket.ReadRequest{Name: "k", Range: bucket.ByteRange{Limit: 1}})
 	assert.ErrorIs(t, err, bucket.ErrUnavailable)
+}
+
+// TestTrimmedURLs: a request that could not be sent names its URL
+// without the SDK's query; a credential provider's failure keeps its
+// query, which says which account and role failed.
+func TestTrimmedURLs(t *testing.T) {
+	b := &Bucket{bucket: "b", name: "s3://b"}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("connection refused")}
+	op := func(err error) error {
+		return &smithy.OperationError{ServiceID: "S3", OperationName: "ListObjectsV2", Err: err}
+	}
+	sent := op(&smithyhttp.RequestSendError{Err: &url.Error{Op: "Get", URL: "http://h:1/b?list-type=2&max-keys=1", Err: refused}})
+	err := b.translate(t.Context(), "list", "", sent)
+	assert.ErrorIs(t, err, bucket.ErrUnavailable)
+	assert.Contains(t, err.Error(), `Get "http://h:1/b": dial tcp: connection refused`)
+
+	creds := op(fmt.Errorf("get identity: %w", &url.Error{Op: "Get",
+		URL: "https://portal.sso.example/federation/credentials?account_id=123&role_name=reader", Err: refused}))
+	err = b.translate(t.Context(), "list", "", creds)
+	assert.Contains(t, err.Error(), "account_id=123&role_name=reader")
 }
 
 // TestSilentServer: a server that accepts but never answers is
