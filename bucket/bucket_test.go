@@ -101,6 +101,10 @@ func TestTrimURL(t *testing.T) {
 	outer := &url.Error{Op: "Get", URL: "http://h/o?alt=json", Err: inner}
 	assert.Equal(t, `Get "http://h/o": Post "http://meta/token?scopes=s": dial tcp: connection refused`, TrimURL(outer).Error())
 
+	// Under a wrapper that formatted its message already.
+	wrapped := fmt.Errorf("gcs: list: %w", uerr)
+	assert.Equal(t, `gcs: list: Get "http://h:1/storage/v1/b/x/o": dial tcp: connection refused`, TrimURL(wrapped).Error())
+
 	// No url.Error, or no query: the same error.
 	plain := errors.New("x?y=1")
 	assert.Same(t, plain, TrimURL(plain))

@@ -83,8 +83,7 @@ func IsRetryable(err error) bool {
 // is its own request's: a credential provider's query names the account
 // and role that failed, and is kept. err itself is not changed (SDKs
 // share some errors between goroutines); the result wraps it, so
-// errors.Is and errors.As see the same chain. Call it before wrapping
-// err with fmt.Errorf, which formats its message at once.
+// errors.Is and errors.As see the same chain.
 func TrimURL(err error) error {
 	var uerr *url.Error
 	if !errors.As(err, &uerr) {
