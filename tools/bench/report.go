@@ -174,6 +174,8 @@ type Report struct {
 	Emulator  *EmulatorCost `json:"emulator_cost,omitempty"`
 	Targets   []Target      `json:"targets,omitempty"`
 	Paired    []Paired      `json:"paired,omitempty"`
+	// Folios is measured once per run, on the first mount (needs root).
+	Folios *FolioSizes `json:"page_cache_folios,omitempty"`
 }
 
 // Paired is a workload read warm, alternately on local disk and through
@@ -341,6 +343,10 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	if c := rep.Emulator; c != nil {
 		fmt.Fprintf(&b, "\nCPU over the ferry rows that touched the store: ferry %.1f s, store emulator %.1f s, bench process (proxy + readers) %.1f s; the emulator took %.0f%% of it.\n",
 			c.FerryCPU, c.StoreCPU, c.BenchCPU, 100*c.StoreShare)
+	}
+	if f := rep.Folios; f != nil {
+		fmt.Fprintf(&b, "\nPage-cache folios filled by reading the first 64 MiB of %s: %d KiB on average from local disk, %d KiB through ferry. Filling the page cache costs per folio, so where ferry's are smaller the kernel charges its readers more per byte than local disk's (see docs/operations.md, \"What is left of the cold rows\").\n",
+			f.File, f.LocalKiB, f.FerryKiB)
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "\n- %s", n)

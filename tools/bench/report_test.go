@@ -89,7 +89,8 @@ func TestMarkdown(t *testing.T) {
 		Command: []string{"go", "run", "./tools/bench", "run", "--ferry-args", "--memory-limit 256MiB"},
 		Machine: Machine{CPUs: 2, CPUModel: "Xeon", MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26"},
 		Store:   "S3 (versitygw)", Link: linkJSON(netem.Default), Rows: rows, Emulator: costOf(rows),
-		Notes: []string{"a note"},
+		Notes:  []string{"a note"},
+		Folios: &FolioSizes{File: "large/00000.bin", LocalKiB: 2048, FerryKiB: 4},
 	}
 	var b bytes.Buffer
 	require.NoError(t, rep.WriteMarkdown(&b))
@@ -106,6 +107,7 @@ func TestMarkdown(t *testing.T) {
 	assert.Contains(t, out, "ERROR: boom / bang", "a pipe would break the table")
 	assert.Contains(t, out, "the emulator took 50% of it")
 	assert.Contains(t, out, "- a note")
+	assert.Contains(t, out, "first 64 MiB of large/00000.bin: 2048 KiB on average from local disk, 4 KiB through ferry")
 	// Every table line has the same number of cells.
 	var cols int
 	for _, line := range strings.Split(out, "\n") {
@@ -139,6 +141,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	assert.Equal(t, "cold", first["phase"])
 	assert.Equal(t, float64(1000*mib), first["store_bytes"])
 	assert.Equal(t, false, rows[5].(map[string]any)["pass"], "a failed AU is written, not omitted")
+	assert.NotContains(t, got, "page_cache_folios", "not measured: not written")
 }
 
 func TestShellJoin(t *testing.T) {

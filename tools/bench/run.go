@@ -261,6 +261,9 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 					b.measure(ctx, w, phase, "ferry", m.Dir, m)
 				}
 			}
+			if b.report.Folios == nil && ctx.Err() == nil {
+				b.measureFolios(m)
+			}
 			for _, w := range group {
 				// Pairs only after a good warm read: they judge the warm
 				// target, which a failed or wrong warm read has failed.
@@ -298,6 +301,35 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 		_ = os.RemoveAll(cacheDir)
 	}
 	return nil
+}
+
+// measureFolios reads the first 64 MiB of the dataset's largest file from
+// the local copy and through m, the page cache dropped before each, and
+// records the mean size of the page-cache folios each read filled. After
+// a group's warm phase, so that a file not yet cached costs the next rows
+// nothing they measure.
+func (b *bench) measureFolios(m *Mount) {
+	var big dataset.File
+	for _, f := range b.spec.Files() {
+		if f.Size > big.Size {
+			big = f
+		}
+	}
+	if big.Size == 0 {
+		return
+	}
+	b.dropCaches()
+	local, err := pageCacheFolios(filepath.Join(b.opts.DataDir, big.Name), 64<<20)
+	if err == nil {
+		b.dropCaches()
+		var ferry folioStats
+		if ferry, err = pageCacheFolios(filepath.Join(m.Dir, big.Name), 64<<20); err == nil {
+			b.report.Folios = &FolioSizes{File: big.Name, LocalKiB: local.meanKiB(), FerryKiB: ferry.meanKiB()}
+			b.logf("page-cache folios of %s: %d KiB on local disk, %d KiB through ferry", big.Name, local.meanKiB(), ferry.meanKiB())
+			return
+		}
+	}
+	b.logf("page-cache folio sizes not measured: %v", err)
 }
 
 // pair reads w warm b.opts.Pairs times on local disk and through ferry,
