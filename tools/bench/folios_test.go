@@ -15,6 +15,9 @@ func TestPageCacheFolios(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("page frame numbers need root")
 	}
+	if _, err := os.Stat("/proc/kpageflags"); err != nil {
+		t.Skip("no /proc/kpageflags (CONFIG_PROC_PAGE_MONITOR)")
+	}
 	page := os.Getpagesize()
 	path := filepath.Join(t.TempDir(), "f")
 	require.NoError(t, os.WriteFile(path, make([]byte, 64*page+100), 0o600))
