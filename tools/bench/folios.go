@@ -10,14 +10,15 @@ import (
 	"unsafe"
 )
 
-// FolioSizes is the mean size of the page-cache folios holding a file just
-// read, on local disk and through ferry. Filling fresh page-cache pages is
-// much of a reader's cost on some machines, and it is paid per folio: a
-// kernel that gives FUSE files only 4 KiB pages (6.18 does) while ext4
-// gets 2 MiB folios puts ferry's ratios to local disk at a disadvantage
-// ferry cannot remove.
+// FolioSizes is the mean size of the page-cache folios holding the first
+// Bytes of a file just read, on local disk and through ferry. Filling
+// fresh page-cache pages is much of a reader's cost on some machines, and
+// likely paid per folio: kernel 6.18 gives FUSE files only 4 KiB pages
+// while ext4 gets folios of up to 2 MiB, which would put ferry's ratios
+// to local disk at a disadvantage that only the kernel can remove.
 type FolioSizes struct {
 	File     string `json:"file"`
+	Bytes    int64  `json:"bytes"`
 	LocalKiB int64  `json:"local_kib"`
 	FerryKiB int64  `json:"ferry_kib"`
 }
@@ -27,6 +28,10 @@ type FolioSizes struct {
 type folioStats struct {
 	pages, folios int64
 }
+
+// errPFNHidden: the kernel shows page frame numbers only to a process
+// with CAP_SYS_ADMIN.
+var errPFNHidden = errors.New("page frame numbers hidden (needs CAP_SYS_ADMIN)")
 
 func (s folioStats) meanKiB() int64 {
 	if s.folios == 0 {
@@ -45,8 +50,10 @@ var folioSink byte
 // pageCacheFolios reads the first max bytes of path with read(2) (the
 // page cache fills as any reader's would), maps them and looks each page
 // up in /proc/self/pagemap and /proc/kpageflags: a folio is a page that is
-// not the tail of a compound page. Needs root (kpageflags, and pagemap's
-// frame numbers).
+// not the tail of a compound page. The range starts at offset 0 and
+// page-cache folios are naturally aligned, so its first page is never a
+// tail; a file shorter than max may end inside a folio, counted whole.
+// Needs root (kpageflags, and pagemap's frame numbers).
 func pageCacheFolios(path string, max int64) (folioStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -91,9 +98,11 @@ func pageCacheFolios(path string, max int64) (folioStats, error) {
 	for i := range npages {
 		e := binary.LittleEndian.Uint64(entries[8*i:])
 		pfn := e & (1<<55 - 1)
-		if e&(1<<63) == 0 || pfn == 0 {
-			// Not present, or the frame number hidden (not root).
-			return folioStats{}, errors.New("page frame numbers not readable (needs root)")
+		switch {
+		case e&(1<<63) == 0:
+			return folioStats{}, fmt.Errorf("page %d of %s not in memory after reading it (reclaimed?)", i, path)
+		case pfn == 0:
+			return folioStats{}, errPFNHidden
 		}
 		if _, err := kf.ReadAt(flags[:], int64(pfn)*8); err != nil {
 			return folioStats{}, fmt.Errorf("kpageflags: %w", err)

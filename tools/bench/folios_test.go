@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,7 +11,10 @@ import (
 )
 
 // TestPageCacheFolios: every page of a file just read is found, and its
-// folios are at least one and at most one per page.
+// folios are at least one and at most one per page. (Which pages begin a
+// folio depends on the kernel and the file system, so the tail flag's
+// reading is checked by hand, not here: on kernel 6.18, 537 folios for a
+// 1 GiB ext4 file and one per page through FUSE.)
 func TestPageCacheFolios(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("page frame numbers need root")
@@ -23,6 +27,9 @@ func TestPageCacheFolios(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, make([]byte, 64*page+100), 0o600))
 
 	s, err := pageCacheFolios(path, 1<<30)
+	if errors.Is(err, errPFNHidden) {
+		t.Skip(err)
+	}
 	require.NoError(t, err)
 	assert.EqualValues(t, 64, s.pages, "whole pages of the file")
 	assert.GreaterOrEqual(t, s.folios, int64(1))

@@ -90,7 +90,7 @@ func TestMarkdown(t *testing.T) {
 		Machine: Machine{CPUs: 2, CPUModel: "Xeon", MemTotal: 24 << 30, Kernel: "6.1", GoVersion: "go1.26"},
 		Store:   "S3 (versitygw)", Link: linkJSON(netem.Default), Rows: rows, Emulator: costOf(rows),
 		Notes:  []string{"a note"},
-		Folios: &FolioSizes{File: "large/00000.bin", LocalKiB: 2048, FerryKiB: 4},
+		Folios: &FolioSizes{File: "large/00000.bin", Bytes: 64 << 20, LocalKiB: 2048, FerryKiB: 4},
 	}
 	var b bytes.Buffer
 	require.NoError(t, rep.WriteMarkdown(&b))

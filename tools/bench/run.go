@@ -33,6 +33,8 @@ type bench struct {
 
 	report     *Report
 	dropFailed bool
+	// foliosTried: measureFolios ran (once per run, even if it failed).
+	foliosTried bool
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -261,9 +263,6 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 					b.measure(ctx, w, phase, "ferry", m.Dir, m)
 				}
 			}
-			if b.report.Folios == nil && ctx.Err() == nil {
-				b.measureFolios(m)
-			}
 			for _, w := range group {
 				// Pairs only after a good warm read: they judge the warm
 				// target, which a failed or wrong warm read has failed.
@@ -272,6 +271,10 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 						b.pair(ctx, w, m)
 					}
 				}
+			}
+			if !b.foliosTried && ctx.Err() == nil {
+				b.foliosTried = true
+				b.measureFolios(m)
 			}
 			return nil
 		}()
@@ -305,9 +308,10 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 
 // measureFolios reads the first 64 MiB of the dataset's largest file from
 // the local copy and through m, the page cache dropped before each, and
-// records the mean size of the page-cache folios each read filled. After
-// a group's warm phase, so that a file not yet cached costs the next rows
-// nothing they measure.
+// records the mean size of the page-cache folios each read filled. It
+// runs after the last row measured on the first group's first mount: the
+// read may go to the store (a file no row of the group read), and the
+// next rows are on a new mount.
 func (b *bench) measureFolios(m *Mount) {
 	var big dataset.File
 	for _, f := range b.spec.Files() {
@@ -324,7 +328,8 @@ func (b *bench) measureFolios(m *Mount) {
 		b.dropCaches()
 		var ferry folioStats
 		if ferry, err = pageCacheFolios(filepath.Join(m.Dir, big.Name), 64<<20); err == nil {
-			b.report.Folios = &FolioSizes{File: big.Name, LocalKiB: local.meanKiB(), FerryKiB: ferry.meanKiB()}
+			b.report.Folios = &FolioSizes{File: big.Name, Bytes: local.pages * int64(os.Getpagesize()),
+				LocalKiB: local.meanKiB(), FerryKiB: ferry.meanKiB()}
 			b.logf("page-cache folios of %s: %d KiB on local disk, %d KiB through ferry", big.Name, local.meanKiB(), ferry.meanKiB())
 			return
 		}
