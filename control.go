@@ -59,10 +59,13 @@ type controlResponse struct {
 	DataEntries   int    `json:"data_entries"`
 	DataBytes     int64  `json:"data_bytes"`
 	// For cached: bytes of the file in the disk cache, and its size;
-	// NoCache when the mount has no disk cache.
+	// NoCache when the mount has no disk cache; OpenedAhead when the mount
+	// opened the file ahead of a reader that has not come yet (warm reads
+	// it: the bytes cached are that reader's, not held before).
 	CachedBytes int64 `json:"cached_bytes"`
 	Size        int64 `json:"size"`
 	NoCache     bool  `json:"no_cache,omitempty"`
+	OpenedAhead bool  `json:"opened_ahead,omitempty"`
 }
 
 // controlServer serves one mount's control socket.
@@ -246,11 +249,11 @@ func (c *controlServer) do(ctx context.Context, req *controlRequest) controlResp
 	switch req.Op {
 	case "invalidate":
 	case "cached":
-		n, size, ok, err := c.fs.CachedBytes(ctx, req.Path)
+		cf, err := c.fs.Cached(ctx, req.Path)
 		if err != nil {
 			return controlResponse{Error: err.Error()}
 		}
-		return controlResponse{Path: req.Path, CachedBytes: n, Size: size, NoCache: !ok}
+		return controlResponse{Path: req.Path, CachedBytes: cf.Bytes, Size: cf.Size, NoCache: cf.NoCache, OpenedAhead: cf.OpenedAhead}
 	default:
 		return controlResponse{Error: fmt.Sprintf("unknown op %q", req.Op)}
 	}

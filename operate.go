@@ -226,20 +226,23 @@ func controlSocketOf(mountPoint string) (string, error) {
 // holds; ok is false if the mount has no disk cache. It asks the daemon
 // through its control socket and fetches nothing.
 func cachedBytes(path string) (n int64, ok bool, err error) {
+	resp, err := askCached(path)
+	if err != nil || resp.NoCache {
+		return 0, false, err
+	}
+	return resp.CachedBytes, true, nil
+}
+
+// askCached asks the daemon of the mount holding path what its disk cache
+// holds of the file.
+func askCached(path string) (*controlResponse, error) {
 	socket, obj, dev, err := locate(path)
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	resp, err := callControl(ctx, socket, &controlRequest{Op: "cached", Path: obj, Dev: dev})
-	if err != nil {
-		return 0, false, err
-	}
-	if resp.NoCache {
-		return 0, false, nil
-	}
-	return resp.CachedBytes, true, nil
+	return callControl(ctx, socket, &controlRequest{Op: "cached", Path: obj, Dev: dev})
 }
 
 ////////////////////////////////////////////////////////////////////////
@@ -460,14 +463,19 @@ func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, se
 }
 
 // warm reads one file through the mount unless the disk cache already
-// holds all of it.
+// holds all of it. A file the mount opened ahead of its reader (this
+// warm's reads of the files before it, in listing order) is read all the
+// same: its bytes came for warm, not before it, and the read takes them
+// over.
 func (w *warmer) warm(f warmFile, buf []byte) {
-	cached, hasCache, err := cachedBytes(f.path)
+	resp, err := askCached(f.path)
 	asked := err == nil
 	if errors.Is(err, errNotFerry) {
 		w.fail(f.path, err)
 		return
 	}
+	var cached int64
+	hasCache, ahead := true, false
 	if err != nil {
 		// The daemon cannot be asked (its socket is root's, or missing):
 		// what is cached is unknown, so read everything; the reads fill
@@ -477,12 +485,13 @@ func (w *warmer) warm(f warmFile, buf []byte) {
 			defer w.errMu.Unlock()
 			fmt.Fprintf(w.stderr, "ferry warm: cannot ask the mount what it has cached (%v); reading every file\n", err)
 		})
-		cached, hasCache = 0, true
+	} else {
+		cached, hasCache, ahead = resp.CachedBytes, !resp.NoCache, resp.OpenedAhead
 	}
 	if !hasCache {
 		w.noDiskCache.Store(true)
 	}
-	if hasCache && cached >= f.size {
+	if hasCache && cached >= f.size && !ahead {
 		w.cachedFiles.Add(1)
 		w.cached.Add(f.size)
 		w.progress(f.size)

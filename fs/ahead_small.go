@@ -269,6 +269,22 @@ func (a *aheader) waitingLocked(path string, obj bucket.Object) bool {
 	return false
 }
 
+// waitsForReader reports whether the file at path is opened ahead in
+// obj's version, or being opened ahead, and no open has taken it yet
+// (Control.Cached).
+func (a *aheader) waitsForReader(path string, obj bucket.Object) bool {
+	if a.openAhead == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.opening[path] {
+		return true
+	}
+	i := a.indexLocked(path)
+	return i >= 0 && sameObject(a.pending[i].obj, obj)
+}
+
 // firstRead is called at the first read of a handle whose reader was
 // taken from the files opened ahead (p): a small file stops counting
 // against the bounds, which are for files waiting or about to be read

@@ -505,6 +505,59 @@ func TestReadAheadSmallFilesSkippedGivesWay(t *testing.T) {
 	assert.Contains(t, x.openedAhead(), smallName(10+smallSpan+1+smallAhead))
 }
 
+// Control.Cached tells a file opened ahead, and not yet taken by an
+// open, from one the cache held before its reader came (ferry warm reads
+// the first kind, and counts only the second as already cached).
+func TestReadAheadSmallFilesCachedSaysOpenedAhead(t *testing.T) {
+	x := newSmallFixture(t, 40, 4096)
+	ctl := NewControl()
+	ctl.bind(x.fs)
+	ahead := func(i int) bool {
+		t.Helper()
+		cf, err := ctl.Cached(context.Background(), smallName(i))
+		require.NoError(t, err)
+		return cf.OpenedAhead
+	}
+	for i := range smallRunMin {
+		x.openSmall(i)
+	}
+	first, last := smallRunMin, smallRunMin+smallAhead-1
+	require.Equal(t, smallNames(first, last+1), x.openedAhead())
+	assert.False(t, ahead(0), "opened by its reader")
+	assert.True(t, ahead(first))
+	assert.True(t, ahead(last))
+	assert.False(t, ahead(last+1), "past the files opened ahead")
+	x.fs.ahead.mu.Lock()
+	x.fs.ahead.opening[smallName(last+1)] = true
+	x.fs.ahead.mu.Unlock()
+	assert.True(t, ahead(last+1), "being opened ahead")
+	x.fs.ahead.mu.Lock()
+	delete(x.fs.ahead.opening, smallName(last+1))
+	x.fs.ahead.mu.Unlock()
+
+	assert.True(t, x.openSmall(first).ahead)
+	assert.False(t, ahead(first), "taken by an open")
+
+	// The name holds a newer version than the one opened ahead.
+	x.b.put(smallName(last), []byte("rewritten"))
+	x.fs.cache.mu.Lock()
+	l := x.fs.cache.listings["d"]
+	l.exp = expiry{at: time.Now().Add(-time.Second)}
+	x.fs.cache.listings["d"] = l
+	x.fs.cache.mu.Unlock()
+	x.list()
+	assert.False(t, ahead(last), "opened ahead in another version")
+	assert.True(t, ahead(last-1))
+
+	// Without reading ahead, nothing is opened ahead.
+	bare := newTestFS(t, x.b, nil, nil)
+	ctl2 := NewControl()
+	ctl2.bind(bare)
+	cf, err := ctl2.Cached(context.Background(), smallName(first+1))
+	require.NoError(t, err)
+	assert.False(t, cf.OpenedAhead)
+}
+
 // Without a fresh listing nothing is fetched ahead.
 func TestReadAheadSmallFilesStaleListing(t *testing.T) {
 	x := newSmallFixture(t, 40, 4096)

@@ -82,33 +82,47 @@ func (c *Control) Invalidate(ctx context.Context, p string) (InvalidateResult, e
 	return fs.invalidate(ctx, clean)
 }
 
-// CachedBytes reports how many bytes of the file at object path p the
-// local disk cache holds, and its size; ok is false when the mount has no
-// disk cache. It reads no data (resolving p may cost a metadata request
-// when the metadata cache does not know it). `ferry warm --check` asks it
-// through the control socket: answering through getxattr instead would
-// make the kernel send every `ls -l` a getxattr round trip per entry,
-// which cut a cached `ls -lR` to a fifth of its speed.
-func (c *Control) CachedBytes(ctx context.Context, p string) (n, size int64, ok bool, err error) {
+// CachedFile is what Control.Cached says of one file.
+type CachedFile struct {
+	// Bytes of the file in the local disk cache, and its size.
+	Bytes, Size int64
+	// NoCache: the mount has no disk cache (Bytes is 0).
+	NoCache bool
+	// OpenedAhead: the mount has opened the file ahead of its reader
+	// (--read-ahead-files, ahead.go) and no open has taken it yet. Its
+	// bytes are being fetched, or were, for a reader expected soon: what
+	// the cache holds of it is not what it held before that reader came.
+	OpenedAhead bool
+}
+
+// Cached reports what the local disk cache holds of the file at object
+// path p. It reads no data (resolving p may cost a metadata request when
+// the metadata cache does not know it). `ferry warm` asks it through the
+// control socket: answering through getxattr instead would make the
+// kernel send every `ls -l` a getxattr round trip per entry, which cut a
+// cached `ls -lR` to a fifth of its speed.
+func (c *Control) Cached(ctx context.Context, p string) (CachedFile, error) {
 	fs, err := c.fileSystem()
 	if err != nil {
-		return 0, 0, false, err
-	}
-	if fs.cachedBytes == nil {
-		return 0, 0, false, nil
+		return CachedFile{}, err
 	}
 	clean, err := cleanObjectPath(p)
 	if err != nil {
-		return 0, 0, true, err
+		return CachedFile{}, err
 	}
 	e, err := fs.resolve(ctx, clean)
 	if err != nil {
-		return 0, 0, true, err
+		return CachedFile{}, err
 	}
 	if e.kind != kindFile {
-		return 0, 0, true, fmt.Errorf("fs: %q is not a file: %w", p, bucket.ErrInvalid)
+		return CachedFile{}, fmt.Errorf("fs: %q is not a file: %w", p, bucket.ErrInvalid)
 	}
-	return fs.cachedBytes(e.obj), int64(e.obj.Size), true, nil
+	res := CachedFile{Size: int64(e.obj.Size), NoCache: fs.cachedBytes == nil,
+		OpenedAhead: fs.ahead.waitsForReader(clean, e.obj)}
+	if fs.cachedBytes != nil {
+		res.Bytes = fs.cachedBytes(e.obj)
+	}
+	return res, nil
 }
 
 // cleanObjectPath turns "/a/b/", "a/b" or "" into "a/b" or "" (the root),

@@ -80,8 +80,8 @@ type Config struct {
 	// store choose (typically 1000).
 	ListPageSize int
 	// CachedBytes, when set, says how many bytes of obj are in the local
-	// disk cache, without fetching anything; it backs the
-	// user.ferry.cached xattr (xattr.go).
+	// disk cache, without fetching anything; Control.Cached asks it for
+	// `ferry warm` (control.go).
 	CachedBytes func(obj bucket.Object) int64
 	// Control, when set, is bound to the file system by Mount, for
 	// invalidating its caches at run time (control.go).

@@ -31,31 +31,29 @@ func TestCachedBytesThroughControl(t *testing.T) {
 	ctl.bind(fs)
 	ctx := context.Background()
 
-	n, size, ok, err := ctl.CachedBytes(ctx, "/d/f")
+	cf, err := ctl.Cached(ctx, "/d/f")
 	require.NoError(t, err)
-	assert.True(t, ok)
-	assert.EqualValues(t, 7, n)
-	assert.EqualValues(t, 10, size)
+	assert.Equal(t, CachedFile{Bytes: 7, Size: 10}, cf)
 	require.Len(t, asked, 1)
 	assert.Equal(t, "d/f", asked[0].Name, "the hook gets the file's current object")
 
-	_, _, _, err = ctl.CachedBytes(ctx, "/d")
+	_, err = ctl.Cached(ctx, "/d")
 	assert.ErrorIs(t, err, bucket.ErrInvalid, "a directory has no cached bytes")
-	_, _, _, err = ctl.CachedBytes(ctx, "/d/missing")
+	_, err = ctl.Cached(ctx, "/d/missing")
 	assert.Error(t, err)
-	_, _, _, err = ctl.CachedBytes(ctx, "/d/../f")
+	_, err = ctl.Cached(ctx, "/d/../f")
 	assert.ErrorIs(t, err, bucket.ErrInvalid)
 
 	// Without a disk cache: not an error, just no cache.
 	bare := newTestFS(t, b, nil, nil)
 	ctl2 := NewControl()
 	ctl2.bind(bare)
-	_, _, ok, err = ctl2.CachedBytes(ctx, "/d/f")
+	cf, err = ctl2.Cached(ctx, "/d/f")
 	require.NoError(t, err)
-	assert.False(t, ok)
+	assert.Equal(t, CachedFile{Size: 10, NoCache: true}, cf)
 
 	// Not mounted yet.
-	_, _, _, err = NewControl().CachedBytes(ctx, "/d/f")
+	_, err = NewControl().Cached(ctx, "/d/f")
 	assert.ErrorIs(t, err, ErrNotMounted)
 
 	err = fs.GetXattr(ctx, &fuseops.GetXattrOp{Inode: fuseops.RootInodeID, Name: "security.selinux", Dst: make([]byte, 64)})
@@ -157,10 +155,9 @@ func TestInvalidateThroughMount(t *testing.T) {
 	assert.Equal(t, syscall.ENOENT, unix.Stat(dir+"/d/new", &st))
 
 	// Cached bytes through the control, and no xattrs through the kernel.
-	n, _, ok, err := ctl.CachedBytes(context.Background(), "/d/f")
+	cf, err := ctl.Cached(context.Background(), "/d/f")
 	require.NoError(t, err)
-	assert.True(t, ok)
-	assert.EqualValues(t, 2, n)
+	assert.Equal(t, CachedFile{Bytes: 2, Size: 3}, cf)
 	_, err = unix.Getxattr(dir+"/d/f", "user.ferry.cached", make([]byte, 64))
 	assert.Error(t, err)
 
