@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/jacobsa/fuse"
 	"github.com/jacobsa/fuse/fuseutil"
@@ -133,7 +135,13 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 	}
 	mfs, err := fuse.Mount(dir, server, mc)
 	if err != nil {
-		return nil, fmt.Errorf("fs: mount %s on %s: %w", fsName, dir, err)
+		err = fmt.Errorf("fs: mount %s on %s: %w", fsName, dir, err)
+		if os.Geteuid() != 0 {
+			if hint := userMountHint(currentUserMount(), opts.AllowOther); hint != "" {
+				err = fmt.Errorf("%w (%s)", err, hint)
+			}
+		}
+		return nil, err
 	}
 	if opts.ReadAheadKB > 0 {
 		// jacobsa/fuse fixes max_readahead at 1 MiB in FUSE_INIT; the
@@ -222,4 +230,61 @@ func setReadAhead(dir string, kb int) error {
 		return err
 	}
 	return os.WriteFile(p, []byte(strconv.Itoa(kb)+"\n"), 0)
+}
+
+// userMountEnv is what a user's mount through fusermount3 depends on.
+type userMountEnv struct {
+	uid int
+	// fusermount reports whether fusermount3 (or fusermount) is on PATH.
+	fusermount bool
+	// devFuse is the error of opening /dev/fuse for reading and writing
+	// as this user, nil if it may.
+	devFuse error
+	// fuseConf is /etc/fuse.conf's text ("" if there is none).
+	fuseConf string
+}
+
+func currentUserMount() userMountEnv {
+	env := userMountEnv{uid: os.Getuid()}
+	for _, name := range []string{"fusermount3", "fusermount"} {
+		if _, err := exec.LookPath(name); err == nil {
+			env.fusermount = true
+		}
+	}
+	env.devFuse = unix.Access("/dev/fuse", unix.R_OK|unix.W_OK)
+	if b, err := os.ReadFile("/etc/fuse.conf"); err == nil {
+		env.fuseConf = string(b)
+	}
+	return env
+}
+
+// userMountHint says what stands in the way of a mount by a user other
+// than root, or "" if none of the usual causes is seen. Such a mount goes
+// through fusermount3, a setuid helper that opens /dev/fuse as the
+// calling user and writes its reason to stderr, where a mount in the
+// background has no terminal to show it.
+func userMountHint(env userMountEnv, allowOther bool) string {
+	switch {
+	case !env.fusermount:
+		return "mounting as a user other than root needs fusermount3: install fuse3 (apt-get install fuse3, dnf install fuse3), or mount as root"
+	case env.devFuse != nil:
+		return fmt.Sprintf("fusermount3 opens /dev/fuse as uid %d, which may not read and write it: %v; its usual mode is 0666 (as root: chmod 0666 /dev/fuse), or mount as root", env.uid, env.devFuse)
+	case allowOther && !userAllowOther(env.fuseConf):
+		return "--allow-other (allow_other) needs a line user_allow_other in /etc/fuse.conf when not mounting as root"
+	}
+	return ""
+}
+
+// userAllowOther reports whether fuse.conf text enables user_allow_other
+// (a line of its own; # starts a comment).
+func userAllowOther(conf string) bool {
+	for _, line := range strings.Split(conf, "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		if strings.TrimSpace(line) == "user_allow_other" {
+			return true
+		}
+	}
+	return false
 }

@@ -710,3 +710,34 @@ func TestTTLZeroOpenUnderConstantChange(t *testing.T) {
 		f.Close()
 	}
 }
+
+// userMountHint names the usual reasons fusermount3 refuses a user's
+// mount (whose own message a background mount loses), in the order they
+// would stop it; with none of them it says nothing.
+func TestUserMountHint(t *testing.T) {
+	ok := userMountEnv{uid: 1000, fusermount: true, fuseConf: "user_allow_other\n"}
+	assert.Empty(t, userMountHint(ok, true))
+	assert.Empty(t, userMountHint(userMountEnv{uid: 1000, fusermount: true}, false), "no allow_other asked")
+
+	none := ok
+	none.fusermount = false
+	none.devFuse = syscall.EACCES
+	assert.Contains(t, userMountHint(none, false), "install fuse3")
+
+	closed := ok
+	closed.devFuse = syscall.EACCES
+	h := userMountHint(closed, true)
+	assert.Contains(t, h, "/dev/fuse as uid 1000")
+	assert.Contains(t, h, "permission denied")
+	assert.Contains(t, h, "chmod 0666 /dev/fuse")
+
+	for _, conf := range []string{"", "#user_allow_other\n", "# user_allow_other\n", "user_allow_others\n", "mount_max = 1000\n"} {
+		env := ok
+		env.fuseConf = conf
+		assert.Contains(t, userMountHint(env, true), "user_allow_other in /etc/fuse.conf", "fuse.conf %q", conf)
+		assert.Empty(t, userMountHint(env, false), "fuse.conf %q without allow_other", conf)
+	}
+	for _, conf := range []string{"user_allow_other", "  user_allow_other  \n", "mount_max = 1000\nuser_allow_other # for ferry\n"} {
+		assert.True(t, userAllowOther(conf), "fuse.conf %q", conf)
+	}
+}

@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// TestMountAsUser: a user other than root mounts through fusermount3,
+// reads, warms through the control socket in its XDG_RUNTIME_DIR, and
+// unmounts with fusermount3 -u; and when fusermount3 refuses, the error
+// ferry prints in the background says why (fusermount3's own message
+// goes to a stderr nobody sees). It runs in a mount namespace of its own,
+// where /dev/fuse is a node the test makes: one the user may not open
+// (mode 0600, as on this machine), then one it may (0666, the usual
+// mode), so that the machine's /dev/fuse is left as it is.
+func TestMountAsUser(t *testing.T) {
+	for _, tool := range []string{"unshare", "nsenter", "setpriv", "fusermount3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	const uid = 65534 // nobody
+	pub, err := os.MkdirTemp("", "ferry-user-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(pub) })
+	require.NoError(t, os.Chmod(pub, 0o755))
+	for d := pub; d != "/"; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		require.NoError(t, err)
+		if fi.Mode().Perm()&0o001 == 0 {
+			t.Skipf("%s is not searchable by other users", d)
+		}
+	}
+	bin := filepath.Join(pub, "ferry")
+	data, err := os.ReadFile(ferryBin)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, data, 0o755))
+	src := filepath.Join(pub, "src")
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "d"), 0o755))
+	require.NoError(t, os.Chmod(src, 0o755))
+	want := "read by a user other than root"
+	require.NoError(t, os.WriteFile(filepath.Join(src, "d", "f"), []byte(want), 0o644))
+	mnt, cache, xdg := filepath.Join(pub, "mnt"), filepath.Join(pub, "cache"), filepath.Join(pub, "xdg")
+	for _, d := range []string{mnt, cache, xdg} {
+		require.NoError(t, os.Mkdir(d, 0o700))
+		require.NoError(t, os.Chown(d, uid, uid))
+	}
+	fuseNode := func(name string, mode uint32) string {
+		p := filepath.Join(pub, name)
+		require.NoError(t, unix.Mknod(p, unix.S_IFCHR|mode, int(unix.Mkdev(10, 229))))
+		require.NoError(t, os.Chmod(p, os.FileMode(mode)))
+		return p
+	}
+	closed, open := fuseNode("fuse-closed", 0o600), fuseNode("fuse-open", 0o666)
+	noAllowOther := filepath.Join(pub, "fuse.conf")
+	require.NoError(t, os.WriteFile(noAllowOther, []byte("# user_allow_other\nmount_max = 1000\n"), 0o644))
+
+	// The namespace lives as long as this process does.
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
+	require.NoError(t, holder.Start())
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	nsPID := strconv.Itoa(holder.Process.Pid)
+	// In it: root's commands, and the user's.
+	run := func(user bool, args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		all := []string{"-t", nsPID, "-m", "--"}
+		if user {
+			all = append(all, "setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups",
+				"env", "HOME="+pub, "XDG_RUNTIME_DIR="+xdg)
+		}
+		cmd := exec.Command("nsenter", append(all, args...)...)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		if x, ok := err.(*exec.ExitError); ok {
+			return o.String(), e.String(), x.ExitCode()
+		}
+		require.NoError(t, err, "nsenter %v", args)
+		return o.String(), e.String(), 0
+	}
+	asRoot := func(args ...string) {
+		t.Helper()
+		o, e, code := run(false, args...)
+		require.Zero(t, code, "%v: %s%s", args, o, e)
+	}
+	// unshare needs a moment to enter the namespace before nsenter can
+	// tell it from ours.
+	require.Eventually(t, func() bool {
+		a, err1 := os.Readlink("/proc/self/ns/mnt")
+		b, err2 := os.Readlink("/proc/" + nsPID + "/ns/mnt")
+		return err1 == nil && err2 == nil && a != b
+	}, 10*time.Second, 10*time.Millisecond)
+	t.Cleanup(func() {
+		_, _, _ = run(false, "umount", "-l", mnt)
+		killByExe(t, bin)
+	})
+	mountArgs := []string{bin, "--cache-dir", cache, "file://" + src, mnt}
+
+	// /dev/fuse closed to the user: the error names it.
+	asRoot("mount", "--bind", closed, "/dev/fuse")
+	o, e, code := run(true, mountArgs...)
+	assert.NotZero(t, code, "mounted without access to /dev/fuse: %s%s", o, e)
+	assert.Contains(t, e, "fusermount3 opens /dev/fuse as uid 65534")
+	assert.Contains(t, e, "chmod 0666 /dev/fuse")
+	asRoot("umount", "/dev/fuse")
+	asRoot("mount", "--bind", open, "/dev/fuse")
+
+	// --allow-other without user_allow_other in /etc/fuse.conf: so says
+	// the error.
+	if _, err := os.Stat("/etc/fuse.conf"); err == nil {
+		asRoot("mount", "--bind", noAllowOther, "/etc/fuse.conf")
+	}
+	o, e, code = run(true, append([]string{bin, "--allow-other"}, mountArgs[1:]...)...)
+	assert.NotZero(t, code, "allow_other without user_allow_other: %s%s", o, e)
+	assert.Contains(t, e, "user_allow_other in /etc/fuse.conf")
+
+	// The mount, by the user: reads, a warm that reaches the daemon, and
+	// fusermount3 -u.
+	o, e, code = run(true, mountArgs...)
+	require.Zero(t, code, "mount as the user: %s%s", o, e)
+	mounts, _, _ := run(false, "cat", "/proc/self/mountinfo")
+	assert.Contains(t, mounts, " "+mnt+" ")
+	assert.Contains(t, mounts, "user_id=65534", "mounted by the user")
+	o, e, code = run(true, "cat", filepath.Join(mnt, "d", "f"))
+	require.Zero(t, code, "%s", e)
+	assert.Equal(t, want, o)
+	o, e, code = run(true, bin, "warm", "--json", mnt)
+	require.Zero(t, code, "warm: %s%s", o, e)
+	var w warmReport
+	require.NoError(t, json.Unmarshal([]byte(o), &w), o)
+	assert.EqualValues(t, 1, w.CachedFiles, "the read above filled the disk cache; warm asked the daemon")
+	assert.NotContains(t, e, "cannot ask the mount")
+	o, e, code = run(true, "fusermount3", "-u", mnt)
+	require.Zero(t, code, "fusermount3 -u: %s%s", o, e)
+	require.Eventually(t, func() bool { return len(pidsByExe(bin)) == 0 }, 10*time.Second, 50*time.Millisecond,
+		"the daemon did not exit after fusermount3 -u")
+	mounts, _, _ = run(false, "cat", "/proc/self/mountinfo")
+	assert.NotContains(t, mounts, " "+mnt+" ")
+}
+
+// pidsByExe lists the processes running the executable at path.
+func pidsByExe(path string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil && strings.TrimSuffix(exe, " (deleted)") == path {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killByExe kills the processes running the executable at path (a copy
+// of ferry only this test runs) and waits for them to go.
+func killByExe(t *testing.T, path string) {
+	for _, pid := range pidsByExe(path) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pidsByExe(path)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := pidsByExe(path); len(left) > 0 {
+		t.Errorf("processes of %s still running: %v", path, left)
+	}
+}
