@@ -270,16 +270,18 @@ func (a *aheader) waitingLocked(path string, obj bucket.Object) bool {
 }
 
 // waitsForReader reports whether the file at path is opened ahead in
-// obj's version, or being opened ahead, and no open has taken it yet
-// (Control.Cached).
+// obj's version and no open has taken it yet (Control.Cached). A file
+// being opened ahead is waited for, as open does: opening ahead does no
+// store I/O, and it may yet give the file up (the disk cache holds it
+// whole, or there is nothing to fetch).
 func (a *aheader) waitsForReader(path string, obj bucket.Object) bool {
 	if a.openAhead == nil {
 		return false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.opening[path] {
-		return true
+	for a.opening[path] {
+		a.opened.Wait()
 	}
 	i := a.indexLocked(path)
 	return i >= 0 && sameObject(a.pending[i].obj, obj)

@@ -510,13 +510,18 @@ func TestReadAheadSmallFilesSkippedGivesWay(t *testing.T) {
 // the first kind, and counts only the second as already cached).
 func TestReadAheadSmallFilesCachedSaysOpenedAhead(t *testing.T) {
 	x := newSmallFixture(t, 40, 4096)
+	x.fs.cachedBytes = func(obj bucket.Object) int64 { return int64(obj.Size) }
 	ctl := NewControl()
 	ctl.bind(x.fs)
+	ask := func(i int) (bool, error) {
+		cf, err := ctl.Cached(context.Background(), smallName(i))
+		return cf.OpenedAhead, err
+	}
 	ahead := func(i int) bool {
 		t.Helper()
-		cf, err := ctl.Cached(context.Background(), smallName(i))
+		got, err := ask(i)
 		require.NoError(t, err)
-		return cf.OpenedAhead
+		return got
 	}
 	for i := range smallRunMin {
 		x.openSmall(i)
@@ -527,13 +532,24 @@ func TestReadAheadSmallFilesCachedSaysOpenedAhead(t *testing.T) {
 	assert.True(t, ahead(first))
 	assert.True(t, ahead(last))
 	assert.False(t, ahead(last+1), "past the files opened ahead")
-	x.fs.ahead.mu.Lock()
-	x.fs.ahead.opening[smallName(last+1)] = true
-	x.fs.ahead.mu.Unlock()
-	assert.True(t, ahead(last+1), "being opened ahead")
-	x.fs.ahead.mu.Lock()
-	delete(x.fs.ahead.opening, smallName(last+1))
-	x.fs.ahead.mu.Unlock()
+
+	// A file being opened ahead may yet be given up (cached whole, or
+	// nothing to fetch): the answer waits for the opening to end.
+	a := x.fs.ahead
+	a.mu.Lock()
+	a.opening[smallName(last+1)] = true
+	a.mu.Unlock()
+	got := make(chan bool, 1)
+	go func() { v, _ := ask(last + 1); got <- v }()
+	select {
+	case <-got:
+		t.Fatal("answered while the file was being opened ahead")
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.mu.Lock()
+	a.doneOpeningLocked(smallName(last + 1)) // given up: not waiting
+	a.mu.Unlock()
+	assert.False(t, <-got)
 
 	assert.True(t, x.openSmall(first).ahead)
 	assert.False(t, ahead(first), "taken by an open")
@@ -550,7 +566,9 @@ func TestReadAheadSmallFilesCachedSaysOpenedAhead(t *testing.T) {
 	assert.True(t, ahead(last-1))
 
 	// Without reading ahead, nothing is opened ahead.
-	bare := newTestFS(t, x.b, nil, nil)
+	bare := newTestFS(t, x.b, nil, func(c *Config) {
+		c.CachedBytes = func(obj bucket.Object) int64 { return 0 }
+	})
 	ctl2 := NewControl()
 	ctl2.bind(bare)
 	cf, err := ctl2.Cached(context.Background(), smallName(first+1))

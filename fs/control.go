@@ -86,7 +86,7 @@ func (c *Control) Invalidate(ctx context.Context, p string) (InvalidateResult, e
 type CachedFile struct {
 	// Bytes of the file in the local disk cache, and its size.
 	Bytes, Size int64
-	// NoCache: the mount has no disk cache (Bytes is 0).
+	// NoCache: the mount has no disk cache (and the rest is unset).
 	NoCache bool
 	// OpenedAhead: the mount has opened the file ahead of its reader
 	// (--read-ahead-files, ahead.go) and no open has taken it yet. Its
@@ -106,6 +106,9 @@ func (c *Control) Cached(ctx context.Context, p string) (CachedFile, error) {
 	if err != nil {
 		return CachedFile{}, err
 	}
+	if fs.cachedBytes == nil {
+		return CachedFile{NoCache: true}, nil
+	}
 	clean, err := cleanObjectPath(p)
 	if err != nil {
 		return CachedFile{}, err
@@ -117,12 +120,8 @@ func (c *Control) Cached(ctx context.Context, p string) (CachedFile, error) {
 	if e.kind != kindFile {
 		return CachedFile{}, fmt.Errorf("fs: %q is not a file: %w", p, bucket.ErrInvalid)
 	}
-	res := CachedFile{Size: int64(e.obj.Size), NoCache: fs.cachedBytes == nil,
-		OpenedAhead: fs.ahead.waitsForReader(clean, e.obj)}
-	if fs.cachedBytes != nil {
-		res.Bytes = fs.cachedBytes(e.obj)
-	}
-	return res, nil
+	return CachedFile{Bytes: fs.cachedBytes(e.obj), Size: int64(e.obj.Size),
+		OpenedAhead: fs.ahead.waitsForReader(clean, e.obj)}, nil
 }
 
 // cleanObjectPath turns "/a/b/", "a/b" or "" into "a/b" or "" (the root),
