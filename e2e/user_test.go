@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,9 +22,10 @@ import (
 // unmounts with fusermount3 -u; and when fusermount3 refuses, the error
 // ferry prints in the background says why (fusermount3's own message
 // goes to a stderr nobody sees). It runs in a mount namespace of its own,
-// where /dev/fuse is a node the test makes: one the user may not open
-// (mode 0600, as on this machine), then one it may (0666, the usual
-// mode), so that the machine's /dev/fuse is left as it is.
+// where /dev/fuse is a node the test makes on a tmpfs of that namespace:
+// one the user may not open (mode 0600, as on this machine), then one it
+// may (0666, the usual mode). The machine's /dev/fuse is left as it is,
+// and the nodes go with the namespace.
 func TestMountAsUser(t *testing.T) {
 	for _, tool := range []string{"unshare", "nsenter", "setpriv", "fusermount3"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -35,6 +37,11 @@ func TestMountAsUser(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(pub) })
 	require.NoError(t, os.Chmod(pub, 0o755))
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(pub, &st))
+	if st.Flags&unix.ST_NOEXEC != 0 {
+		t.Skipf("%s is on a noexec file system", pub)
+	}
 	for d := pub; d != "/"; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
 		require.NoError(t, err)
@@ -56,18 +63,14 @@ func TestMountAsUser(t *testing.T) {
 		require.NoError(t, os.Mkdir(d, 0o700))
 		require.NoError(t, os.Chown(d, uid, uid))
 	}
-	fuseNode := func(name string, mode uint32) string {
-		p := filepath.Join(pub, name)
-		require.NoError(t, unix.Mknod(p, unix.S_IFCHR|mode, int(unix.Mkdev(10, 229))))
-		require.NoError(t, os.Chmod(p, os.FileMode(mode)))
-		return p
-	}
-	closed, open := fuseNode("fuse-closed", 0o600), fuseNode("fuse-open", 0o666)
+	devs := filepath.Join(pub, "dev") // root's: a tmpfs in the namespace
+	require.NoError(t, os.Mkdir(devs, 0o700))
 	noAllowOther := filepath.Join(pub, "fuse.conf")
 	require.NoError(t, os.WriteFile(noAllowOther, []byte("# user_allow_other\nmount_max = 1000\n"), 0o644))
 
-	// The namespace lives as long as this process does.
+	// The namespace lives as long as its holder, which dies with the test.
 	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
+	holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, holder.Start())
 	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
 	nsPID := strconv.Itoa(holder.Process.Pid)
@@ -94,18 +97,24 @@ func TestMountAsUser(t *testing.T) {
 		o, e, code := run(false, args...)
 		require.Zero(t, code, "%v: %s%s", args, o, e)
 	}
-	// unshare needs a moment to enter the namespace before nsenter can
-	// tell it from ours.
+	// unshare makes its mounts private after entering the namespace, then
+	// runs sleep: before that, a mount there could reach the host's.
 	require.Eventually(t, func() bool {
-		a, err1 := os.Readlink("/proc/self/ns/mnt")
-		b, err2 := os.Readlink("/proc/" + nsPID + "/ns/mnt")
-		return err1 == nil && err2 == nil && a != b
+		comm, err := os.ReadFile("/proc/" + nsPID + "/comm")
+		return err == nil && strings.TrimSpace(string(comm)) == "sleep"
 	}, 10*time.Second, 10*time.Millisecond)
+	a, err1 := os.Readlink("/proc/self/ns/mnt")
+	b, err2 := os.Readlink("/proc/" + nsPID + "/ns/mnt")
+	require.True(t, err1 == nil && err2 == nil && a != b, "no mount namespace of its own")
 	t.Cleanup(func() {
 		_, _, _ = run(false, "umount", "-l", mnt)
 		killByExe(t, bin)
 	})
 	mountArgs := []string{bin, "--cache-dir", cache, "file://" + src, mnt}
+	asRoot("mount", "-t", "tmpfs", "-o", "mode=0700,size=1m", "ferry-test-dev", devs)
+	closed, open := filepath.Join(devs, "fuse-closed"), filepath.Join(devs, "fuse-open")
+	asRoot("mknod", "-m", "0600", closed, "c", "10", "229")
+	asRoot("mknod", "-m", "0666", open, "c", "10", "229")
 
 	// /dev/fuse closed to the user: the error names it.
 	asRoot("mount", "--bind", closed, "/dev/fuse")
@@ -117,12 +126,13 @@ func TestMountAsUser(t *testing.T) {
 	asRoot("mount", "--bind", open, "/dev/fuse")
 
 	// --allow-other without user_allow_other in /etc/fuse.conf: so says
-	// the error.
+	// the error (in the foreground, next to fusermount3's own reason).
 	if _, err := os.Stat("/etc/fuse.conf"); err == nil {
 		asRoot("mount", "--bind", noAllowOther, "/etc/fuse.conf")
 	}
-	o, e, code = run(true, append([]string{bin, "--allow-other"}, mountArgs[1:]...)...)
+	o, e, code = run(true, append([]string{bin, "--foreground", "--allow-other"}, mountArgs[1:]...)...)
 	assert.NotZero(t, code, "allow_other without user_allow_other: %s%s", o, e)
+	assert.Contains(t, e, "only allowed if 'user_allow_other' is set", "fusermount3's reason")
 	assert.Contains(t, e, "user_allow_other in /etc/fuse.conf")
 
 	// The mount, by the user: reads, a warm that reaches the daemon, and

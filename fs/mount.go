@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -136,7 +137,9 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 	mfs, err := fuse.Mount(dir, server, mc)
 	if err != nil {
 		err = fmt.Errorf("fs: mount %s on %s: %w", fsName, dir, err)
-		if os.Geteuid() != 0 {
+		// Root mounts directly; others go through fusermount3 (a root
+		// without CAP_SYS_ADMIN too, for which none of these causes holds).
+		if os.Geteuid() != 0 && strings.Contains(err.Error(), "fusermount") {
 			if hint := userMountHint(currentUserMount(), opts.AllowOther); hint != "" {
 				err = fmt.Errorf("%w (%s)", err, hint)
 			}
@@ -267,6 +270,8 @@ func userMountHint(env userMountEnv, allowOther bool) string {
 	switch {
 	case !env.fusermount:
 		return "mounting as a user other than root needs fusermount3: install fuse3 (apt-get install fuse3, dnf install fuse3), or mount as root"
+	case errors.Is(env.devFuse, iofs.ErrNotExist):
+		return "there is no /dev/fuse: load the fuse module (as root: modprobe fuse), or give the container the device (docker run --device /dev/fuse)"
 	case env.devFuse != nil:
 		return fmt.Sprintf("fusermount3 opens /dev/fuse as uid %d, which may not read and write it: %v; its usual mode is 0666 (as root: chmod 0666 /dev/fuse), or mount as root", env.uid, env.devFuse)
 	case allowOther && !userAllowOther(env.fuseConf):
@@ -276,9 +281,11 @@ func userMountHint(env userMountEnv, allowOther bool) string {
 }
 
 // userAllowOther reports whether fuse.conf text enables user_allow_other
-// (a line of its own; # starts a comment).
+// as fusermount3 reads it: a line of its own, # starting a comment, and
+// only lines that end in a newline (a last line without one is skipped).
 func userAllowOther(conf string) bool {
-	for _, line := range strings.Split(conf, "\n") {
+	lines := strings.Split(conf, "\n")
+	for _, line := range lines[:len(lines)-1] {
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
 		}

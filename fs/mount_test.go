@@ -724,6 +724,11 @@ func TestUserMountHint(t *testing.T) {
 	none.devFuse = syscall.EACCES
 	assert.Contains(t, userMountHint(none, false), "install fuse3")
 
+	missing := ok
+	missing.devFuse = syscall.ENOENT
+	assert.Contains(t, userMountHint(missing, false), "modprobe fuse")
+	assert.NotContains(t, userMountHint(missing, false), "chmod")
+
 	closed := ok
 	closed.devFuse = syscall.EACCES
 	h := userMountHint(closed, true)
@@ -731,13 +736,14 @@ func TestUserMountHint(t *testing.T) {
 	assert.Contains(t, h, "permission denied")
 	assert.Contains(t, h, "chmod 0666 /dev/fuse")
 
-	for _, conf := range []string{"", "#user_allow_other\n", "# user_allow_other\n", "user_allow_others\n", "mount_max = 1000\n"} {
+	// fusermount3 skips a last line without a newline.
+	for _, conf := range []string{"", "#user_allow_other\n", "# user_allow_other\n", "user_allow_others\n", "mount_max = 1000\n", "user_allow_other", "mount_max = 1000\nuser_allow_other"} {
 		env := ok
 		env.fuseConf = conf
 		assert.Contains(t, userMountHint(env, true), "user_allow_other in /etc/fuse.conf", "fuse.conf %q", conf)
 		assert.Empty(t, userMountHint(env, false), "fuse.conf %q without allow_other", conf)
 	}
-	for _, conf := range []string{"user_allow_other", "  user_allow_other  \n", "mount_max = 1000\nuser_allow_other # for ferry\n"} {
+	for _, conf := range []string{"user_allow_other\n", "  user_allow_other  \n", "mount_max = 1000\nuser_allow_other # for ferry\n"} {
 		assert.True(t, userAllowOther(conf), "fuse.conf %q", conf)
 	}
 }
