@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,9 +94,29 @@ func defaultControlSocket(mountPoint string) string {
 	return filepath.Join(defaultControlDir, hex.EncodeToString(sum[:8])+".sock")
 }
 
+// userRuntimeDir is the directory for the user's sockets: $XDG_RUNTIME_DIR,
+// else /run/user/UID if it is the user's own and private (a login made
+// it, and the environment does not say so, as under sudo -u or su); ""
+// if neither.
+func userRuntimeDir() string { return runtimeDirUnder("/run/user") }
+
+// runtimeDirUnder is userRuntimeDir with base for /run/user.
+func runtimeDirUnder(base string) string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return d
+	}
+	d := filepath.Join(base, strconv.Itoa(os.Getuid()))
+	var st syscall.Stat_t
+	if err := syscall.Lstat(d, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR ||
+		int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return ""
+	}
+	return d
+}
+
 // startControl listens on the mount's control socket: --control-socket,
-// or /run/ferry/HASH.sock, or $XDG_RUNTIME_DIR/ferry/HASH.sock when
-// /run/ferry cannot be used. Without --control-socket a socket that
+// or /run/ferry/HASH.sock, or RUNTIME/ferry/HASH.sock (userRuntimeDir)
+// when /run/ferry cannot be used. Without --control-socket a socket that
 // cannot be created is logged and skipped (the mount works, only
 // `ferry invalidate` does not); with it, it is an error.
 func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (*controlServer, error) {
@@ -110,10 +131,10 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 	// device, so a daemon that lost its socket path is never asked to act
 	// for a mount that is not its own.
 	ln, err := listenControl(path, !explicit, log)
-	if err != nil && !explicit && os.Getenv("XDG_RUNTIME_DIR") != "" {
+	if rt := userRuntimeDir(); err != nil && !explicit && rt != "" {
 		// Not root: /run/ferry is not ours to create; the user's runtime
 		// directory is the per-user equivalent.
-		path = filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "ferry", filepath.Base(path))
+		path = filepath.Join(rt, "ferry", filepath.Base(path))
 		ln, err = listenControl(path, true, log)
 	}
 	if err != nil {

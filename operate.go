@@ -203,7 +203,7 @@ func ferryMount(p string) (mountPoint, objPath string, err error) {
 func controlSocketOf(mountPoint string) (string, error) {
 	def := defaultControlSocket(mountPoint)
 	candidates := []string{def}
-	if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" {
+	if rt := userRuntimeDir(); rt != "" {
 		candidates = append(candidates, filepath.Join(rt, "ferry", filepath.Base(def)))
 	}
 	var denied error

@@ -162,3 +162,28 @@ func TestReadPathList(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"x", "y"}, got)
 }
+
+// The user's runtime directory: $XDG_RUNTIME_DIR when set, else
+// /run/user/UID only when it is a directory of the user's own that no
+// one else may enter (another's, or an open one, could take the socket).
+func TestUserRuntimeDir(t *testing.T) {
+	base := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", "/somewhere/else")
+	assert.Equal(t, "/somewhere/else", runtimeDirUnder(base))
+	t.Setenv("XDG_RUNTIME_DIR", "")
+
+	d := filepath.Join(base, strconv.Itoa(os.Getuid()))
+	assert.Empty(t, runtimeDirUnder(base), "none made")
+	require.NoError(t, os.Mkdir(d, 0o700))
+	assert.Equal(t, d, runtimeDirUnder(base))
+	require.NoError(t, os.Chmod(d, 0o750))
+	assert.Empty(t, runtimeDirUnder(base), "open to the group")
+	require.NoError(t, os.Chmod(d, 0o700))
+	require.NoError(t, os.Chown(d, os.Getuid()+1, -1))
+	assert.Empty(t, runtimeDirUnder(base), "another user's")
+	require.NoError(t, os.Remove(d))
+	private := t.TempDir()
+	require.NoError(t, os.Chmod(private, 0o700))
+	require.NoError(t, os.Symlink(private, d))
+	assert.Empty(t, runtimeDirUnder(base), "a link, even to a private directory of the user's")
+}

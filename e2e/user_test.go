@@ -18,8 +18,8 @@ import (
 )
 
 // TestMountAsUser: a user other than root mounts through fusermount3,
-// reads, warms through the control socket in its XDG_RUNTIME_DIR, and
-// unmounts with fusermount3 -u; and when fusermount3 refuses, the error
+// reads, warms through the control socket in its XDG_RUNTIME_DIR (or,
+// without one, /run/user/UID), and unmounts with fusermount3 -u; and when fusermount3 refuses, the error
 // ferry prints in the background says why (fusermount3's own message
 // goes to a stderr nobody sees). It runs in a mount namespace of its own,
 // where /dev/fuse is a node the test makes on a tmpfs of that namespace:
@@ -74,13 +74,14 @@ func TestMountAsUser(t *testing.T) {
 	require.NoError(t, holder.Start())
 	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
 	nsPID := strconv.Itoa(holder.Process.Pid)
-	// In it: root's commands, and the user's.
+	// In it: root's commands, and the user's (in userEnv).
+	userEnv := []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH"), "XDG_RUNTIME_DIR=" + xdg}
 	run := func(user bool, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		all := []string{"-t", nsPID, "-m", "--"}
 		if user {
-			all = append(all, "setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups",
-				"env", "HOME="+pub, "XDG_RUNTIME_DIR="+xdg)
+			all = append(all, "setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups", "env", "-i")
+			all = append(all, userEnv...)
 		}
 		cmd := exec.Command("nsenter", append(all, args...)...)
 		var o, e bytes.Buffer
@@ -157,6 +158,32 @@ func TestMountAsUser(t *testing.T) {
 		"the daemon did not exit after fusermount3 -u")
 	mounts, _, _ = run(false, "cat", "/proc/self/mountinfo")
 	assert.NotContains(t, mounts, " "+mnt+" ")
+
+	// Without XDG_RUNTIME_DIR (sudo -u, su), the socket goes to
+	// /run/user/UID, where a login made one: here on a tmpfs of the
+	// namespace.
+	if fi, err := os.Stat("/run/user"); err != nil || !fi.IsDir() {
+		t.Skip("no /run/user")
+	}
+	asRoot("mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "ferry-test-run-user", "/run/user")
+	runtime := "/run/user/" + strconv.Itoa(uid)
+	asRoot("mkdir", "-m", "0700", runtime)
+	asRoot("chown", strconv.Itoa(uid)+":"+strconv.Itoa(uid), runtime)
+	userEnv = []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH")}
+	o, e, code = run(true, mountArgs...)
+	require.Zero(t, code, "mount as the user without XDG_RUNTIME_DIR: %s%s", o, e)
+	socks, _, _ := run(false, "ls", runtime+"/ferry")
+	assert.Contains(t, socks, ".sock")
+	o, e, code = run(true, bin, "warm", "--json", mnt)
+	require.Zero(t, code, "warm: %s%s", o, e)
+	w = warmReport{}
+	require.NoError(t, json.Unmarshal([]byte(o), &w), o)
+	assert.EqualValues(t, 1, w.CachedFiles, "warm asked the daemon through /run/user")
+	assert.NotContains(t, e, "cannot ask the mount")
+	o, e, code = run(true, "fusermount3", "-u", mnt)
+	require.Zero(t, code, "fusermount3 -u: %s%s", o, e)
+	require.Eventually(t, func() bool { return len(pidsByExe(bin)) == 0 }, 10*time.Second, 50*time.Millisecond,
+		"the daemon did not exit after fusermount3 -u")
 }
 
 // pidsByExe lists the processes running the executable at path.
