@@ -19,13 +19,14 @@ import (
 
 // TestMountAsUser: a user other than root mounts through fusermount3,
 // reads, warms through the control socket in its XDG_RUNTIME_DIR (or,
-// without one, /run/user/UID), and unmounts with fusermount3 -u; and when fusermount3 refuses, the error
-// ferry prints in the background says why (fusermount3's own message
-// goes to a stderr nobody sees). It runs in a mount namespace of its own,
-// where /dev/fuse is a node the test makes on a tmpfs of that namespace:
-// one the user may not open (mode 0600, as on this machine), then one it
-// may (0666, the usual mode). The machine's /dev/fuse is left as it is,
-// and the nodes go with the namespace.
+// without one, /run/user/UID), and unmounts with fusermount3 -u; and
+// when fusermount3 refuses, the error ferry prints in the background says
+// why (fusermount3's own message goes to a stderr nobody sees). It runs
+// in a mount namespace of its own, where /dev/fuse is a node the test
+// makes on a tmpfs of that namespace: one the user may not open (mode
+// 0600, as on this machine), then one it may (0666, the usual mode). The
+// machine's /dev/fuse is left as it is, and the nodes go with the
+// namespace.
 func TestMountAsUser(t *testing.T) {
 	for _, tool := range []string{"unshare", "nsenter", "setpriv", "fusermount3"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -163,7 +164,8 @@ func TestMountAsUser(t *testing.T) {
 	// /run/user/UID, where a login made one: here on a tmpfs of the
 	// namespace.
 	if fi, err := os.Stat("/run/user"); err != nil || !fi.IsDir() {
-		t.Skip("no /run/user")
+		t.Log("no /run/user to mount a tmpfs on: the mount without XDG_RUNTIME_DIR is not tried")
+		return
 	}
 	asRoot("mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "ferry-test-run-user", "/run/user")
 	runtime := "/run/user/" + strconv.Itoa(uid)
