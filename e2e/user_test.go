@@ -113,6 +113,24 @@ func TestMountAsUser(t *testing.T) {
 		killByExe(t, bin)
 	})
 	mountArgs := []string{bin, "--cache-dir", cache, "file://" + src, mnt}
+	// The user's warm of the mount, whose one file is cached: it must
+	// reach the daemon to know that.
+	warmAsksDaemon := func(msg string) {
+		t.Helper()
+		o, e, code := run(true, bin, "warm", "--json", mnt)
+		require.Zero(t, code, "warm: %s%s", o, e)
+		var w warmReport
+		require.NoError(t, json.Unmarshal([]byte(o), &w), o)
+		assert.EqualValues(t, 1, w.CachedFiles, msg)
+		assert.NotContains(t, e, "cannot ask the mount")
+	}
+	unmountAsUser := func() {
+		t.Helper()
+		o, e, code := run(true, "fusermount3", "-u", mnt)
+		require.Zero(t, code, "fusermount3 -u: %s%s", o, e)
+		require.Eventually(t, func() bool { return len(pidsByExe(bin)) == 0 }, 10*time.Second, 50*time.Millisecond,
+			"the daemon did not exit after fusermount3 -u")
+	}
 	asRoot("mount", "-t", "tmpfs", "-o", "mode=0700,size=1m", "ferry-test-dev", devs)
 	closed, open := filepath.Join(devs, "fuse-closed"), filepath.Join(devs, "fuse-open")
 	asRoot("mknod", "-m", "0600", closed, "c", "10", "229")
@@ -147,16 +165,8 @@ func TestMountAsUser(t *testing.T) {
 	o, e, code = run(true, "cat", filepath.Join(mnt, "d", "f"))
 	require.Zero(t, code, "%s", e)
 	assert.Equal(t, want, o)
-	o, e, code = run(true, bin, "warm", "--json", mnt)
-	require.Zero(t, code, "warm: %s%s", o, e)
-	var w warmReport
-	require.NoError(t, json.Unmarshal([]byte(o), &w), o)
-	assert.EqualValues(t, 1, w.CachedFiles, "the read above filled the disk cache; warm asked the daemon")
-	assert.NotContains(t, e, "cannot ask the mount")
-	o, e, code = run(true, "fusermount3", "-u", mnt)
-	require.Zero(t, code, "fusermount3 -u: %s%s", o, e)
-	require.Eventually(t, func() bool { return len(pidsByExe(bin)) == 0 }, 10*time.Second, 50*time.Millisecond,
-		"the daemon did not exit after fusermount3 -u")
+	warmAsksDaemon("the read above filled the disk cache; warm asked the daemon")
+	unmountAsUser()
 	mounts, _, _ = run(false, "cat", "/proc/self/mountinfo")
 	assert.NotContains(t, mounts, " "+mnt+" ")
 
@@ -176,16 +186,8 @@ func TestMountAsUser(t *testing.T) {
 	require.Zero(t, code, "mount as the user without XDG_RUNTIME_DIR: %s%s", o, e)
 	socks, _, _ := run(false, "ls", runtime+"/ferry")
 	assert.Contains(t, socks, ".sock")
-	o, e, code = run(true, bin, "warm", "--json", mnt)
-	require.Zero(t, code, "warm: %s%s", o, e)
-	w = warmReport{}
-	require.NoError(t, json.Unmarshal([]byte(o), &w), o)
-	assert.EqualValues(t, 1, w.CachedFiles, "warm asked the daemon through /run/user")
-	assert.NotContains(t, e, "cannot ask the mount")
-	o, e, code = run(true, "fusermount3", "-u", mnt)
-	require.Zero(t, code, "fusermount3 -u: %s%s", o, e)
-	require.Eventually(t, func() bool { return len(pidsByExe(bin)) == 0 }, 10*time.Second, 50*time.Millisecond,
-		"the daemon did not exit after fusermount3 -u")
+	warmAsksDaemon("warm asked the daemon through /run/user")
+	unmountAsUser()
 }
 
 // pidsByExe lists the processes running the executable at path.
