@@ -256,16 +256,7 @@ func TestOperatePID1SIGTERM(t *testing.T) {
 		}
 	})
 
-	// ferry is unshare's only child, PID 1 inside.
-	var pid int
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
-		if err != nil || len(bytes.Fields(b)) == 0 {
-			return false
-		}
-		pid, _ = strconv.Atoi(string(bytes.Fields(b)[0]))
-		return pid > 0
-	}, 10*time.Second, 20*time.Millisecond)
+	pid := onlyChild(t, cmd.Process.Pid) // PID 1 inside
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	require.NoError(t, err)
 	assert.Regexp(t, `NSpid:\s+\d+\s+1\n`, string(status), "ferry is PID 1 in its namespace")

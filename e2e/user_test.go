@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,21 +32,11 @@ func TestMountAsUser(t *testing.T) {
 		}
 	}
 	const uid = 65534 // nobody
-	pub, err := os.MkdirTemp("", "ferry-user-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(pub) })
-	require.NoError(t, os.Chmod(pub, 0o755))
+	pub := publicTempDir(t, "ferry-user-")
 	var st unix.Statfs_t
 	require.NoError(t, unix.Statfs(pub, &st))
 	if st.Flags&unix.ST_NOEXEC != 0 {
 		t.Skipf("%s is on a noexec file system", pub)
-	}
-	for d := pub; d != "/"; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		require.NoError(t, err)
-		if fi.Mode().Perm()&0o001 == 0 {
-			t.Skipf("%s is not searchable by other users", d)
-		}
 	}
 	bin := filepath.Join(pub, "ferry")
 	data, err := os.ReadFile(ferryBin)
@@ -69,45 +57,17 @@ func TestMountAsUser(t *testing.T) {
 	noAllowOther := filepath.Join(pub, "fuse.conf")
 	require.NoError(t, os.WriteFile(noAllowOther, []byte("# user_allow_other\nmount_max = 1000\n"), 0o644))
 
-	// The namespace lives as long as its holder, which dies with the test.
-	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
-	holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, holder.Start())
-	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
-	nsPID := strconv.Itoa(holder.Process.Pid)
-	// In it: root's commands, and the user's (in userEnv).
+	ns := newMountNS(t, nil, "private")
+	// In it: root's commands (ns.must, ns.run), and the user's (in userEnv).
 	userEnv := []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH"), "XDG_RUNTIME_DIR=" + xdg}
 	run := func(user bool, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
-		all := []string{"-t", nsPID, "-m", "--"}
 		if user {
-			all = append(all, "setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups", "env", "-i")
-			all = append(all, userEnv...)
+			args = append(append([]string{"setpriv", "--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(uid),
+				"--clear-groups", "env", "-i"}, userEnv...), args...)
 		}
-		cmd := exec.Command("nsenter", append(all, args...)...)
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		if x, ok := err.(*exec.ExitError); ok {
-			return o.String(), e.String(), x.ExitCode()
-		}
-		require.NoError(t, err, "nsenter %v", args)
-		return o.String(), e.String(), 0
+		return ns.run(t, args...)
 	}
-	asRoot := func(args ...string) {
-		t.Helper()
-		o, e, code := run(false, args...)
-		require.Zero(t, code, "%v: %s%s", args, o, e)
-	}
-	// unshare makes its mounts private after entering the namespace, then
-	// runs sleep: before that, a mount there could reach the host's.
-	require.Eventually(t, func() bool {
-		comm, err := os.ReadFile("/proc/" + nsPID + "/comm")
-		return err == nil && strings.TrimSpace(string(comm)) == "sleep"
-	}, 10*time.Second, 10*time.Millisecond)
-	a, err1 := os.Readlink("/proc/self/ns/mnt")
-	b, err2 := os.Readlink("/proc/" + nsPID + "/ns/mnt")
-	require.True(t, err1 == nil && err2 == nil && a != b, "no mount namespace of its own")
 	t.Cleanup(func() {
 		_, _, _ = run(false, "umount", "-l", mnt)
 		killByExe(t, bin)
@@ -131,24 +91,24 @@ func TestMountAsUser(t *testing.T) {
 		require.Eventually(t, func() bool { return len(pidsByExe(bin)) == 0 }, 10*time.Second, 50*time.Millisecond,
 			"the daemon did not exit after fusermount3 -u")
 	}
-	asRoot("mount", "-t", "tmpfs", "-o", "mode=0700,size=1m", "ferry-test-dev", devs)
+	ns.must(t, "mount", "-t", "tmpfs", "-o", "mode=0700,size=1m", "ferry-test-dev", devs)
 	closed, open := filepath.Join(devs, "fuse-closed"), filepath.Join(devs, "fuse-open")
-	asRoot("mknod", "-m", "0600", closed, "c", "10", "229")
-	asRoot("mknod", "-m", "0666", open, "c", "10", "229")
+	ns.must(t, "mknod", "-m", "0600", closed, "c", "10", "229")
+	ns.must(t, "mknod", "-m", "0666", open, "c", "10", "229")
 
 	// /dev/fuse closed to the user: the error names it.
-	asRoot("mount", "--bind", closed, "/dev/fuse")
+	ns.must(t, "mount", "--bind", closed, "/dev/fuse")
 	o, e, code := run(true, mountArgs...)
 	assert.NotZero(t, code, "mounted without access to /dev/fuse: %s%s", o, e)
 	assert.Contains(t, e, "fusermount3 opens /dev/fuse as uid 65534")
 	assert.Contains(t, e, "chmod 0666 /dev/fuse")
-	asRoot("umount", "/dev/fuse")
-	asRoot("mount", "--bind", open, "/dev/fuse")
+	ns.must(t, "umount", "/dev/fuse")
+	ns.must(t, "mount", "--bind", open, "/dev/fuse")
 
 	// --allow-other without user_allow_other in /etc/fuse.conf: so says
 	// the error (in the foreground, next to fusermount3's own reason).
 	if _, err := os.Stat("/etc/fuse.conf"); err == nil {
-		asRoot("mount", "--bind", noAllowOther, "/etc/fuse.conf")
+		ns.must(t, "mount", "--bind", noAllowOther, "/etc/fuse.conf")
 	}
 	o, e, code = run(true, append([]string{bin, "--foreground", "--allow-other"}, mountArgs[1:]...)...)
 	assert.NotZero(t, code, "allow_other without user_allow_other: %s%s", o, e)
@@ -177,10 +137,10 @@ func TestMountAsUser(t *testing.T) {
 		t.Log("no /run/user to mount a tmpfs on: the mount without XDG_RUNTIME_DIR is not tried")
 		return
 	}
-	asRoot("mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "ferry-test-run-user", "/run/user")
+	ns.must(t, "mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "ferry-test-run-user", "/run/user")
 	runtime := "/run/user/" + strconv.Itoa(uid)
-	asRoot("mkdir", "-m", "0700", runtime)
-	asRoot("chown", strconv.Itoa(uid)+":"+strconv.Itoa(uid), runtime)
+	ns.must(t, "mkdir", "-m", "0700", runtime)
+	ns.must(t, "chown", strconv.Itoa(uid)+":"+strconv.Itoa(uid), runtime)
 	userEnv = []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH")}
 	o, e, code = run(true, mountArgs...)
 	require.Zero(t, code, "mount as the user without XDG_RUNTIME_DIR: %s%s", o, e)
