@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,14 +53,14 @@ func TestMountPropagatesLikeADaemonSet(t *testing.T) {
 		pid  int           // ferry's, in the test's PID namespace
 		done chan struct{} // closed when the container has ended, with err
 		err  error
-		logs *bytes.Buffer
+		logs *lockedBuffer
 	}
 	start := func() *container {
 		t.Helper()
 		cmd := exec.Command("nsenter", "-t", strconv.Itoa(node.pid), "-m", "--",
 			"unshare", "--mount", "--propagation", "unchanged", "--pid", "--fork", "--kill-child",
 			ferryBin, "--foreground", "--allow-other", "--metadata-ttl", "-1", s.url, mnt)
-		c := &container{done: make(chan struct{}), logs: new(bytes.Buffer)}
+		c := &container{done: make(chan struct{}), logs: new(lockedBuffer)}
 		cmd.Stdout, cmd.Stderr = c.logs, c.logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, cmd.Start())
@@ -77,9 +79,15 @@ func TestMountPropagatesLikeADaemonSet(t *testing.T) {
 		return code == 0, e
 	}
 	served := func() bool {
-		m := reader.mountsOn(t, mnt)
+		m, err := reader.mountsOn(mnt)
 		ok, _ := answers()
-		return len(m) > 0 && m[len(m)-1] == "fuse.ferry" && ok
+		return err == nil && len(m) > 0 && m[len(m)-1] == "fuse.ferry" && ok
+	}
+	mountsOn := func(ns *mountNS) []string {
+		t.Helper()
+		m, err := ns.mountsOn(mnt)
+		require.NoError(t, err)
+		return m
 	}
 	readAsUser := func() {
 		t.Helper()
@@ -92,8 +100,8 @@ func TestMountPropagatesLikeADaemonSet(t *testing.T) {
 	first := start()
 	require.Eventually(t, served, 20*time.Second, 50*time.Millisecond,
 		"the mount never reached the reader; log:\n%s", first.logs)
-	assert.Equal(t, []string{"fuse.ferry"}, reader.mountsOn(t, mnt))
-	assert.Equal(t, []string{"fuse.ferry"}, node.mountsOn(t, mnt), "not on the node")
+	assert.Equal(t, []string{"fuse.ferry"}, mountsOn(reader))
+	assert.Equal(t, []string{"fuse.ferry"}, mountsOn(node), "not on the node")
 	readAsUser()
 	assert.NoDirExists(t, mnt, "the node's tmpfs leaked into the test's namespace")
 
@@ -114,7 +122,8 @@ func TestMountPropagatesLikeADaemonSet(t *testing.T) {
 	second := start()
 	require.Eventually(t, served, 20*time.Second, 50*time.Millisecond,
 		"the restarted mount never reached the reader; log:\n%s", second.logs)
-	assert.Equal(t, []string{"fuse.ferry"}, reader.mountsOn(t, mnt), "the dead mount must be detached, not covered")
+	assert.Equal(t, []string{"fuse.ferry"}, mountsOn(reader), "the dead mount must be detached, not covered")
+	assert.Equal(t, []string{"fuse.ferry"}, mountsOn(node), "the node's dead mount must be detached, not covered")
 	readAsUser()
 
 	// Pod deletion: SIGTERM to PID 1 unmounts, on the node and in the
@@ -126,8 +135,8 @@ func TestMountPropagatesLikeADaemonSet(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("ferry ignored SIGTERM; log:\n%s", second.logs)
 	}
-	assert.Empty(t, reader.mountsOn(t, mnt), "the unmount did not reach the reader")
-	assert.Empty(t, node.mountsOn(t, mnt), "the unmount did not reach the node")
+	assert.Empty(t, mountsOn(reader), "the unmount did not reach the reader")
+	assert.Empty(t, mountsOn(node), "the unmount did not reach the node")
 }
 
 // mountNS is a mount namespace, held open by a sleeping process that
@@ -162,17 +171,23 @@ func newMountNS(t *testing.T, parent *mountNS, propagation string) *mountNS {
 	return ns
 }
 
-// run runs args in the namespace and returns their output and exit code.
+// run runs args in the namespace and returns their output and exit
+// code: -1 if they could not run or did not end within a minute (a
+// mount that hangs), with the reason in stderr. It may be called from
+// any goroutine.
 func (n *mountNS) run(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.pid), "-m", "--"}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(n.pid), "-m", "--"}, args...)...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
-	if x, ok := err.(*exec.ExitError); ok {
+	if x, ok := err.(*exec.ExitError); ok && ctx.Err() == nil {
 		return o.String(), e.String(), x.ExitCode()
 	}
-	require.NoError(t, err, "nsenter %v", args)
+	if err != nil {
+		return o.String(), fmt.Sprintf("%snsenter %v: %v (%v)", e.String(), args, err, ctx.Err()), -1
+	}
 	return o.String(), e.String(), 0
 }
 
@@ -185,10 +200,11 @@ func (n *mountNS) must(t *testing.T, args ...string) {
 
 // mountsOn lists the types of the file systems mounted on dir in the
 // namespace, the first mounted first.
-func (n *mountNS) mountsOn(t *testing.T, dir string) []string {
-	t.Helper()
+func (n *mountNS) mountsOn(dir string) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", n.pid))
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	var types []string
 	for _, line := range strings.Split(string(b), "\n") {
 		pre, post, ok := strings.Cut(line, " - ")
@@ -197,7 +213,7 @@ func (n *mountNS) mountsOn(t *testing.T, dir string) []string {
 			types = append(types, g[0])
 		}
 	}
-	return types
+	return types, nil
 }
 
 // onlyChild waits for the process pid to have a child (unshare --fork's
@@ -214,6 +230,25 @@ func onlyChild(t *testing.T, pid int) int {
 		return child > 0
 	}, 10*time.Second, 20*time.Millisecond)
 	return child
+}
+
+// lockedBuffer is a bytes.Buffer that a process may write while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // publicTempDir makes a directory (removed at cleanup) that other users

@@ -242,18 +242,20 @@ func TestOperatePID1SIGTERM(t *testing.T) {
 	s := newStore(t, "file")
 	s.put(t, "a", []byte("hello"))
 	dir := t.TempDir()
-	cmd := exec.Command("unshare", "--pid", "--fork", "--mount", "--propagation", "private",
+	// --kill-child and Pdeathsig: ferry goes with unshare, and unshare
+	// with the test.
+	cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
 		ferryBin, "--foreground", s.url, dir)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := new(lockedBuffer)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var exitErr error
+	exited := make(chan struct{}) // closed once cmd has ended, with exitErr
+	go func() { exitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		_ = cmd.Process.Kill()
+		<-exited
 	})
 
 	pid := onlyChild(t, cmd.Process.Pid) // PID 1 inside
@@ -265,7 +267,7 @@ func TestOperatePID1SIGTERM(t *testing.T) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
 		return err == nil && bytes.Contains(b, []byte(" "+dir+" ")) && bytes.Contains(b, []byte("fuse.ferry"))
 	}
-	require.Eventually(t, func() bool { return mountedIn(pid) }, 20*time.Second, 50*time.Millisecond, "mount never appeared; log:\n%s", &logs)
+	require.Eventually(t, func() bool { return mountedIn(pid) }, 20*time.Second, 50*time.Millisecond, "mount never appeared; log:\n%s", logs)
 	assert.False(t, isMounted(dir), "the mount leaked into the test's namespace")
 
 	// Something else in ferry's mount namespace, to look at it after
@@ -277,10 +279,10 @@ func TestOperatePID1SIGTERM(t *testing.T) {
 
 	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
 	select {
-	case err := <-exited:
-		require.NoError(t, err, "ferry as PID 1 did not exit 0 on SIGTERM; log:\n%s", &logs)
+	case <-exited:
+		require.NoError(t, exitErr, "ferry as PID 1 did not exit 0 on SIGTERM; log:\n%s", logs)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("ferry as PID 1 ignored SIGTERM; log:\n%s", &logs)
+		t.Fatalf("ferry as PID 1 ignored SIGTERM; log:\n%s", logs)
 	}
 	assert.False(t, mountedIn(holder.Process.Pid), "the mount outlived ferry")
 	assert.Contains(t, logs.String(), "unmounted")
