@@ -110,6 +110,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"ferry daemonizes", "deploy/kubernetes/daemonset.yaml", "exec /usr/local/bin/ferry --foreground", "exec /usr/local/bin/ferry"},
 		{"cache on the container layer", "deploy/kubernetes/daemonset.yaml", "--cache-dir /ssd/ferry", "--cache-dir /var/cache/ferry"},
 		{"no preStop", "deploy/kubernetes/daemonset.yaml", `command: ["fusermount3", "-uz", "/var/lib/ferry/mnt/train"]`, `command: ["true"]`},
+		{"readinessProbe passes on a dead mount", "deploy/kubernetes/daemonset.yaml", "stat -f /var/lib/ferry/mnt/train", "stat /var/lib/ferry/mnt/train"},
 		{"short grace period", "deploy/kubernetes/daemonset.yaml", "terminationGracePeriodSeconds: 60", "terminationGracePeriodSeconds: 2"},
 		{"key file outside a Secret", "deploy/kubernetes/daemonset.yaml", "--key-file /var/run/secrets/ferry/key.json", "--key-file /etc/key.json"},
 		{"no DaemonSet", "deploy/kubernetes/daemonset.yaml", "kind: DaemonSet", "kind: Deployment"},
@@ -119,6 +120,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"cache bigger than its emptyDir", "deploy/kubernetes/sidecar.yaml", "--cache-size 180GiB", "--cache-size 250GiB"},
 		{"trainer without HostToContainer", "deploy/kubernetes/sidecar.yaml", "              mountPropagation: HostToContainer\n", ""},
 		{"no startupProbe", "deploy/kubernetes/sidecar.yaml", "startupProbe:", "readinessProbe:"},
+		{"startupProbe passes on a dead mount", "deploy/kubernetes/sidecar.yaml", "stat -f /mnt/ferry/imagenet", "stat -t /mnt/ferry/imagenet"},
 		{"Secret object with data", "deploy/kubernetes/sidecar.yaml", "apiVersion: batch/v1", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  AWS_SECRET_ACCESS_KEY: abc\n---\napiVersion: batch/v1"},
 
 		{"private mount namespace", "deploy/systemd/ferry@.service", "\nType=simple\n", "\nType=simple\nPrivateTmp=yes\n"},
@@ -1093,6 +1095,11 @@ func (c *checker) checkFerryContainer(file, where string, obj *k8sObject, pod *p
 	}
 	if !strings.Contains(probe.command(), cfg.MountPoint) {
 		c.addf(file, "%s: the %s probe should check the mount point %s", where, map[bool]string{true: "startup", false: "readiness"}[init], cfg.MountPoint)
+	}
+	if !strings.Contains(probe.command(), "stat -f ") {
+		// A dead mount answers stat from the kernel's attribute cache
+		// (for ever with --metadata-ttl -1); statfs always asks ferry.
+		c.addf(file, "%s: the %s probe should ask statfs (stat -f): plain stat passes on a dead mount", where, map[bool]string{true: "startup", false: "readiness"}[init])
 	}
 	return f
 }
