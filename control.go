@@ -6,8 +6,10 @@ package main
 // per entry, so the daemon listens on a unix socket, mode 0600 in a 0700
 // directory, at a path derived from the mount point (clients find the
 // mount point in /proc/self/mountinfo); with --control-socket elsewhere
-// it also links the derived path to it. One JSON request per connection,
-// one JSON response.
+// it also links the derived path to it. A user with no directory for it
+// gets an abstract socket, named by uid and mount point, whose two ends
+// check each other's uid. One JSON request per connection, one JSON
+// response.
 
 import (
 	"context"
@@ -16,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -31,10 +34,21 @@ import (
 	"ferry/filecache"
 	"ferry/flags"
 	"ferry/fs"
+
+	"golang.org/x/sys/unix"
 )
 
 // defaultControlDir holds the sockets of mounts without --control-socket.
 const defaultControlDir = "/run/ferry"
+
+const (
+	// maxControlRequest bounds what the daemon reads of a request (a
+	// path and a few fields).
+	maxControlRequest = 64 << 10
+	// maxControlConns bounds the requests served at once; more wait to
+	// be accepted.
+	maxControlConns = 16
+)
 
 // controlRequest is what a client sends.
 type controlRequest struct {
@@ -77,10 +91,11 @@ type controlServer struct {
 	store *filecache.Store // nil without a disk cache
 
 	// Constant data
-	path    string
-	created os.FileInfo // the socket file as created, to remove only it
-	link    string      // the default path, linked to path; "" if none
-	ln      net.Listener
+	path     string
+	abstract bool        // path is an abstract socket: peers are checked
+	created  os.FileInfo // the socket file as created, to remove only it
+	link     string      // the default path, linked to path; "" if none
+	ln       net.Listener
 
 	dev atomic.Value // string: the mount's device, once mounted
 
@@ -92,6 +107,52 @@ type controlServer struct {
 func defaultControlSocket(mountPoint string) string {
 	sum := sha256.Sum256([]byte(mountPoint))
 	return filepath.Join(defaultControlDir, hex.EncodeToString(sum[:8])+".sock")
+}
+
+// abstractControlSocket names the socket of a mount by uid when there is
+// no directory to put it in (not root, and no runtime directory: cron
+// without a login session): an abstract unix socket, which has no file
+// and goes with its daemon. Anyone may connect to such a name, or take
+// it first, so the daemon answers only its own user and root, and the
+// client talks only to a daemon running as uid (callControl).
+func abstractControlSocket(uid int, mountPoint string) string {
+	sum := sha256.Sum256([]byte(mountPoint))
+	return fmt.Sprintf("@ferry/%d/%s", uid, hex.EncodeToString(sum[:8]))
+}
+
+// abstractOwner is the uid in an abstractControlSocket name; ok is false
+// for a path.
+func abstractOwner(name string) (uid int, ok bool) {
+	rest, found := strings.CutPrefix(name, "@ferry/")
+	if !found {
+		return 0, false
+	}
+	digits, _, _ := strings.Cut(rest, "/")
+	uid, err := strconv.Atoi(digits)
+	return uid, err == nil
+}
+
+// peerUID is the uid of the process at the other end of a unix socket.
+func peerUID(conn net.Conn) (int, error) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return 0, fmt.Errorf("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, cerr
+	}
+	return int(cred.Uid), nil
 }
 
 // userRuntimeDir is the directory for the user's sockets: $XDG_RUNTIME_DIR,
@@ -116,9 +177,11 @@ func runtimeDirUnder(base string) string {
 
 // startControl listens on the mount's control socket: --control-socket,
 // or /run/ferry/HASH.sock, or RUNTIME/ferry/HASH.sock (userRuntimeDir)
-// when /run/ferry cannot be used. Without --control-socket a socket that
-// cannot be created is logged and skipped (the mount works, only
-// `ferry invalidate` does not); with it, it is an error.
+// when /run/ferry cannot be used, or else, for a user other than root,
+// an abstract socket (abstractControlSocket). Without --control-socket a
+// socket that cannot be created is logged and skipped (the mount works,
+// only `ferry invalidate` and warm's questions do not); with it, it is
+// an error.
 func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (*controlServer, error) {
 	c := &controlServer{log: log, fs: fs.NewControl(), store: store}
 	path, explicit := cfg.ControlSocket, true
@@ -137,6 +200,18 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 		path = filepath.Join(rt, "ferry", filepath.Base(path))
 		ln, err = listenControl(path, true, log)
 	}
+	if uid := os.Getuid(); err != nil && !explicit && uid != 0 {
+		// No directory of its own for the socket either (cron without a
+		// login session). An abstract name taken by another process
+		// (an earlier ferry on this mount point, detached but still
+		// serving) is not taken over: there is no file to replace.
+		if aln, aerr := net.Listen("unix", abstractControlSocket(uid, cfg.MountPoint)); aerr == nil {
+			path, ln, err = abstractControlSocket(uid, cfg.MountPoint), aln, nil
+			c.abstract = true
+		} else {
+			err = fmt.Errorf("%v; abstract socket: %v", err, aerr)
+		}
+	}
 	if err != nil {
 		if explicit {
 			return nil, &flags.OptionError{Option: "control-socket", Err: err}
@@ -145,7 +220,9 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 		return c, nil
 	}
 	c.path, c.ln = path, ln
-	c.created, _ = os.Lstat(path)
+	if !c.abstract {
+		c.created, _ = os.Lstat(path)
+	}
 	if def := defaultControlSocket(cfg.MountPoint); explicit && def != path {
 		// Clients look for the socket at the derived path.
 		if os.MkdirAll(filepath.Dir(def), 0o700) == nil {
@@ -230,25 +307,87 @@ func (c *controlServer) Close() {
 
 func (c *controlServer) serve() {
 	defer c.wg.Done()
+	slots := make(chan struct{}, maxControlConns)
+	var backoff time.Duration
 	for {
 		conn, err := c.ln.Accept()
-		if err != nil {
-			return // closed
+		if errors.Is(err, net.ErrClosed) {
+			return
 		}
+		if err != nil {
+			// Out of descriptors (EMFILE) or a connection gone before it
+			// was accepted: wait, then serve on.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			c.log.Warn("control socket: accept failed; retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		// A socket file is closed to others by its mode; an abstract one
+		// is not. A stranger is dropped at once, before anything is read
+		// or held for it.
+		if c.abstract && !peerAllowed(conn) {
+			conn.Close()
+			continue
+		}
+		slots <- struct{}{}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			defer func() { <-slots }()
 			defer conn.Close()
 			c.handle(conn)
 		}()
 	}
 }
 
+// peerAllowed reports whether the process at the other end of conn runs
+// as this daemon's user or as root. In a user namespace, every uid it
+// does not map shows as the overflow uid (65534): that uid is refused
+// there, as it may be anyone (a daemon running as it there answers only
+// root).
+func peerAllowed(conn net.Conn) bool {
+	uid, err := peerUID(conn)
+	if err != nil {
+		return false
+	}
+	return uidAllowed(uid, os.Getuid(), identityUIDMap(), overflowUID())
+}
+
+// uidAllowed is peerAllowed's rule for a peer uid, the daemon's own, and
+// whether uids are seen as they are (no user namespace).
+func uidAllowed(peer, self int, identity bool, overflow int) bool {
+	if !identity && peer == overflow {
+		return false
+	}
+	return peer == 0 || peer == self
+}
+
+// identityUIDMap reports whether this process sees uids as the host does
+// (the initial user namespace).
+func identityUIDMap() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	return err == nil && strings.Join(strings.Fields(string(b)), " ") == "0 0 4294967295"
+}
+
+// overflowUID is the uid that unmapped uids show as in a user namespace.
+func overflowUID() int {
+	b, err := os.ReadFile("/proc/sys/kernel/overflowuid")
+	if err != nil {
+		return 65534
+	}
+	uid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 65534
+	}
+	return uid
+}
+
 func (c *controlServer) handle(conn net.Conn) {
 	_ = conn.SetDeadline(time.Now().Add(time.Minute))
 	var req controlRequest
 	var resp controlResponse
-	if err := json.NewDecoder(conn).Decode(&req); err != nil {
+	if err := json.NewDecoder(io.LimitReader(conn, maxControlRequest)).Decode(&req); err != nil {
 		resp.Error = "bad request: " + err.Error()
 	} else {
 		resp = c.do(context.Background(), &req)
@@ -317,6 +456,16 @@ func callControl(ctx context.Context, path string, req *controlRequest) (*contro
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
+	}
+	if want, ok := abstractOwner(path); ok {
+		// Anyone can hold an abstract name: only the mount's owner is asked.
+		got, err := peerUID(conn)
+		if err != nil {
+			return nil, fmt.Errorf("control socket %s: cannot tell who holds it: %w", path, err)
+		}
+		if got != want {
+			return nil, fmt.Errorf("control socket %s is held by uid %d, not by the mount's owner (uid %d): not asked", path, got, want)
+		}
 	}
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)

@@ -211,6 +211,7 @@ type mountEntry struct {
 	point  string // mount point, unescaped
 	fstype string // "fuse.ferry", "tmpfs", ...
 	dev    string // "major:minor", as stat(2) of the mount's root gives it
+	owner  int    // a FUSE mount's user_id (who mounted it), else -1
 }
 
 // readMounts lists this process's mounts in mount order.
@@ -226,10 +227,19 @@ func readMounts() []mountEntry {
 		if len(fields) < 5 {
 			continue
 		}
-		e := mountEntry{point: unescapeMountinfo(fields[4]), dev: fields[2]}
+		e := mountEntry{point: unescapeMountinfo(fields[4]), dev: fields[2], owner: -1}
 		for i, f := range fields {
 			if f == "-" && i >= 6 && i+1 < len(fields) {
 				e.fstype = fields[i+1]
+				if i+3 < len(fields) {
+					for _, o := range strings.Split(fields[i+3], ",") {
+						if v, ok := strings.CutPrefix(o, "user_id="); ok {
+							if uid, err := strconv.Atoi(v); err == nil {
+								e.owner = uid
+							}
+						}
+					}
+				}
 				break
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,9 +25,39 @@ import (
 // TestMain), so the readiness protocol is tested without FUSE.
 const fakeChildEnv = "FERRY_TEST_FAKE_CHILD"
 
+// askControlEnv makes the test binary ask the control socket it names
+// and print the answer, or with floodControlEnv hold that many
+// connections to it open, unused, until killed (see
+// TestAbstractControlSocket).
+const (
+	askControlEnv   = "FERRY_TEST_ASK_CONTROL"
+	floodControlEnv = "FERRY_TEST_FLOOD_CONTROL"
+)
+
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeChildEnv); mode != "" {
 		os.Exit(fakeChild(mode))
+	}
+	if socket := os.Getenv(askControlEnv); socket != "" {
+		if n, _ := strconv.Atoi(os.Getenv(floodControlEnv)); n > 0 {
+			var conns []net.Conn // kept reachable: a lost conn is closed
+			for i := range n {
+				conn, err := net.Dial("unix", socket)
+				if err != nil {
+					fmt.Printf("connection %d: %v\n", i, err)
+					os.Exit(1)
+				}
+				conns = append(conns, conn)
+			}
+			fmt.Printf("holding %d connections\n", len(conns))
+			time.Sleep(time.Hour)
+			runtime.KeepAlive(conns)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := callControl(ctx, socket, &controlRequest{Op: "launch"})
+		cancel()
+		fmt.Printf("uid %d asked: %v\n", os.Getuid(), err)
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }

@@ -199,13 +199,15 @@ func ferryMount(p string) (mountPoint, objPath string, err error) {
 // controlSocketOf finds the control socket of the ferry mounted on
 // mountPoint: where startControl puts it by default (a name derived from
 // the mount point, also linked there when --control-socket put it
-// elsewhere).
+// elsewhere), or, for a mount by a user other than root, the abstract
+// socket it falls back to.
 func controlSocketOf(mountPoint string) (string, error) {
 	def := defaultControlSocket(mountPoint)
 	candidates := []string{def}
 	if rt := userRuntimeDir(); rt != "" {
 		candidates = append(candidates, filepath.Join(rt, "ferry", filepath.Base(def)))
 	}
+	m, _ := topMount(mountPoint)
 	var denied error
 	for _, c := range candidates {
 		_, err := os.Stat(c)
@@ -216,10 +218,44 @@ func controlSocketOf(mountPoint string) (string, error) {
 			denied = err // another place may still be ours
 		}
 	}
+	if me := os.Getuid(); m.owner > 0 && me != m.owner && me != 0 {
+		return "", fmt.Errorf("the control socket of the ferry mount on %s is only for uid %d, who mounted it, and root", mountPoint, m.owner)
+	}
+	if m.owner > 0 {
+		// A user's daemon, which cannot use root's /run/ferry (denied
+		// there means nothing): its abstract socket, if it has one.
+		abstract := abstractControlSocket(m.owner, mountPoint)
+		if listening(abstract) {
+			return abstract, nil
+		}
+		candidates = append(candidates, abstract)
+		denied = nil
+	}
 	if denied != nil {
 		return "", fmt.Errorf("the control socket of the ferry mount on %s: %w (it is only for the user running ferry, or root)", mountPoint, denied)
 	}
 	return "", fmt.Errorf("no control socket for the ferry mount on %s (looked for %s; see the daemon's log)", mountPoint, strings.Join(candidates, ", "))
+}
+
+// listening reports whether an abstract unix socket of this name listens
+// in this network namespace, as /proc/net/unix lists them (without
+// connecting to it).
+func listening(abstract string) bool {
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path; St 01 is
+		// unconnected, which a listener is.
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 8 && fields[7] == abstract && fields[5] == "01" {
+			return true
+		}
+	}
+	return false
 }
 
 // cachedBytes is how many bytes of the file at path ferry's disk cache

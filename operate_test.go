@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +25,7 @@ import (
 
 	"ferry/bucket/emulator"
 	"ferry/flags"
+	"ferry/fs"
 )
 
 // parseConfig runs the real flag parsing on ferry-style arguments.
@@ -150,6 +155,121 @@ func TestControlSocket(t *testing.T) {
 
 	assert.Equal(t, "/run/ferry/", defaultControlSocket("/mnt/data")[:len("/run/ferry/")])
 	assert.NotEqual(t, defaultControlSocket("/mnt/a"), defaultControlSocket("/mnt/b"))
+}
+
+// TestAbstractControlSocket: the two ends of an abstract control socket
+// check each other's uid. A name held by a process other than the
+// mount's owner is not asked; the daemon answers its own user and root,
+// and drops another user's connections at once, holding nothing for
+// them (copies of the test binary ask, and flood it, as uid 65534).
+func TestAbstractControlSocket(t *testing.T) {
+	uid, ok := abstractOwner(abstractControlSocket(65534, "/mnt/a"))
+	assert.True(t, ok)
+	assert.Equal(t, 65534, uid)
+	_, ok = abstractOwner(defaultControlSocket("/mnt/a"))
+	assert.False(t, ok)
+	assert.NotEqual(t, abstractControlSocket(65534, "/mnt/a"), abstractControlSocket(65534, "/mnt/b"))
+	assert.NotEqual(t, abstractControlSocket(65534, "/mnt/a"), abstractControlSocket(65533, "/mnt/a"))
+	assert.True(t, uidAllowed(0, 1000, true, 65534))
+	assert.True(t, uidAllowed(1000, 1000, true, 65534))
+	assert.False(t, uidAllowed(1001, 1000, true, 65534))
+	assert.True(t, uidAllowed(65534, 65534, true, 65534), "nobody, on a host")
+	assert.False(t, uidAllowed(65534, 65534, false, 65534), "in a user namespace, anyone unmapped shows as 65534")
+	assert.True(t, uidAllowed(0, 65534, false, 65534))
+	if os.Getuid() == 65534 {
+		t.Skip("runs as uid 65534, the owner the test plays")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mp := fmt.Sprintf("/mnt/ferry-test-%d", os.Getpid())
+
+	// Another process holds the name of uid 65534's mount: not asked.
+	squatter, err := net.Listen("unix", abstractControlSocket(65534, mp))
+	require.NoError(t, err)
+	defer squatter.Close()
+	assert.True(t, listening(abstractControlSocket(65534, mp)))
+	assert.False(t, listening(abstractControlSocket(65533, mp)))
+	heard := make(chan int, 1)
+	go func() {
+		conn, err := squatter.Accept()
+		if err != nil {
+			heard <- -1
+			return
+		}
+		defer conn.Close()
+		b, _ := io.ReadAll(conn)
+		heard <- len(b)
+	}()
+	_, err = callControl(ctx, abstractControlSocket(65534, mp), &controlRequest{Op: "cached", Path: "/x"})
+	assert.ErrorContains(t, err, fmt.Sprintf("held by uid %d, not by the mount's owner (uid 65534)", os.Getuid()))
+	select {
+	case n := <-heard:
+		assert.Zero(t, n, "the request reached the process holding the name")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client never hung up on the process holding the name")
+	}
+
+	// The daemon's own: its user is answered...
+	name := abstractControlSocket(os.Getuid(), mp)
+	ln, err := net.Listen("unix", name)
+	require.NoError(t, err)
+	c := &controlServer{log: slog.New(slog.DiscardHandler), fs: fs.NewControl(), path: name, abstract: true, ln: ln}
+	c.wg.Add(1)
+	go c.serve()
+	defer c.Close()
+	ownerAnswered := func(msg string) {
+		t.Helper()
+		_, err := callControl(ctx, name, &controlRequest{Op: "launch"})
+		assert.ErrorContains(t, err, `unknown op "launch"`, msg)
+	}
+	ownerAnswered("the daemon's own user was not answered")
+
+	// ... and another user is not.
+	if os.Getuid() != 0 {
+		t.Skip("asking as another user needs root")
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	data, err := os.ReadFile(exe)
+	require.NoError(t, err)
+	dir, err := os.MkdirTemp("", "ferry-ask-")
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	asker := filepath.Join(dir, "ferry.test")
+	require.NoError(t, os.WriteFile(asker, data, 0o755))
+	askAs := func(env ...string) *exec.Cmd {
+		cmd := exec.Command(asker, "-test.run=^$")
+		cmd.Env = append(append(os.Environ(), askControlEnv+"="+name), env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Pdeathsig: syscall.SIGKILL}
+		return cmd
+	}
+	out, err := askAs().CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot run a copy of the test binary as uid 65534 from %s (noexec, or parents closed to others?): %v: %s", dir, err, out)
+	}
+	assert.Contains(t, string(out), "uid 65534 asked: control socket:", "no error for another user")
+	assert.NotContains(t, string(out), "unknown op", "another user was answered")
+
+	// Another user's connections, held open: the daemon keeps none of
+	// them, and still answers its own user.
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(ents)
+	}
+	before := openFDs()
+	flood := askAs(floodControlEnv + "=100")
+	stdout, err := flood.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, flood.Start())
+	defer func() { _ = flood.Process.Kill(); _ = flood.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "holding 100 connections\n", line)
+	assert.Eventually(t, func() bool { return openFDs() < before+10 }, 5*time.Second, 20*time.Millisecond,
+		"the daemon holds another user's connections: %d descriptors open, %d before", openFDs(), before)
+	ownerAnswered("the daemon's own user was not answered while another user held connections")
 }
 
 func TestReadPathList(t *testing.T) {

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -73,11 +75,11 @@ func TestMountAsUser(t *testing.T) {
 		killByExe(t, bin)
 	})
 	mountArgs := []string{bin, "--cache-dir", cache, "file://" + src, mnt}
-	// The user's warm of the mount, whose one file is cached: it must
-	// reach the daemon to know that.
-	warmAsksDaemon := func(msg string) {
+	// The user's (or root's) warm of the mount, whose one file is
+	// cached: it must reach the daemon to know that.
+	warmAsksDaemon := func(user bool, msg string) {
 		t.Helper()
-		o, e, code := run(true, bin, "warm", "--json", mnt)
+		o, e, code := run(user, bin, "warm", "--json", mnt)
 		require.Zero(t, code, "warm: %s%s", o, e)
 		var w warmReport
 		require.NoError(t, json.Unmarshal([]byte(o), &w), o)
@@ -125,28 +127,62 @@ func TestMountAsUser(t *testing.T) {
 	o, e, code = run(true, "cat", filepath.Join(mnt, "d", "f"))
 	require.Zero(t, code, "%s", e)
 	assert.Equal(t, want, o)
-	warmAsksDaemon("the read above filled the disk cache; warm asked the daemon")
+	warmAsksDaemon(true, "the read above filled the disk cache; warm asked the daemon")
 	unmountAsUser()
 	mounts, _, _ = run(false, "cat", "/proc/self/mountinfo")
 	assert.NotContains(t, mounts, " "+mnt+" ")
 
+	// With neither XDG_RUNTIME_DIR nor /run/user/UID (cron without a
+	// login session), the socket is an abstract one. It answers the user
+	// and root; another user is told it is not theirs (the daemon drops
+	// them too: TestAbstractControlSocket). Root and that user can read
+	// the mount only with --allow-other, which needs user_allow_other.
+	userEnv = []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH")}
+	fi, err := os.Stat("/run/user")
+	runUser := err == nil && fi.IsDir()
+	if runUser { // hidden by an empty one
+		ns.must(t, "mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "ferry-test-run-user", "/run/user")
+	}
+	_, err = os.Stat("/etc/fuse.conf")
+	others := err == nil
+	if others {
+		allowOther := filepath.Join(pub, "fuse-allow-other.conf")
+		require.NoError(t, os.WriteFile(allowOther, []byte("user_allow_other\n"), 0o644))
+		ns.must(t, "mount", "--bind", allowOther, "/etc/fuse.conf")
+		mountArgs = append([]string{bin, "--allow-other"}, mountArgs[1:]...)
+	} else {
+		t.Log("no /etc/fuse.conf to bind user_allow_other on: root's and another user's requests are not tried")
+	}
+	o, e, code = run(true, mountArgs...)
+	require.Zero(t, code, "mount as the user with no runtime directory: %s%s", o, e)
+	unixSockets, err := os.ReadFile("/proc/net/unix")
+	require.NoError(t, err)
+	sum := sha256.Sum256([]byte(mnt))
+	assert.Contains(t, string(unixSockets), " @ferry/65534/"+hex.EncodeToString(sum[:8])+"\n", "no abstract control socket")
+	warmAsksDaemon(true, "warm asked the daemon through its abstract socket")
+	if others {
+		warmAsksDaemon(false, "root's warm asked the user's daemon through its abstract socket")
+		_, e, code = ns.run(t, append(append([]string{"setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", "env", "-i"},
+			userEnv...), bin, "invalidate", mnt)...)
+		assert.NotZero(t, code, "another user's invalidate was served")
+		assert.Contains(t, e, "is only for uid 65534, who mounted it, and root")
+	}
+	unmountAsUser()
+
 	// Without XDG_RUNTIME_DIR (sudo -u, su), the socket goes to
-	// /run/user/UID, where a login made one: here on a tmpfs of the
-	// namespace.
-	if fi, err := os.Stat("/run/user"); err != nil || !fi.IsDir() {
-		t.Log("no /run/user to mount a tmpfs on: the mount without XDG_RUNTIME_DIR is not tried")
+	// /run/user/UID, where a login made one: here on that tmpfs.
+	if !runUser {
+		t.Log("no /run/user to mount a tmpfs on: the mount with /run/user/UID is not tried")
 		return
 	}
-	ns.must(t, "mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "ferry-test-run-user", "/run/user")
 	runtime := "/run/user/" + strconv.Itoa(uid)
 	ns.must(t, "mkdir", "-m", "0700", runtime)
 	ns.must(t, "chown", strconv.Itoa(uid)+":"+strconv.Itoa(uid), runtime)
-	userEnv = []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH")}
 	o, e, code = run(true, mountArgs...)
 	require.Zero(t, code, "mount as the user without XDG_RUNTIME_DIR: %s%s", o, e)
 	socks, _, _ := run(false, "ls", runtime+"/ferry")
 	assert.Contains(t, socks, ".sock")
-	warmAsksDaemon("warm asked the daemon through /run/user")
+	warmAsksDaemon(true, "warm asked the daemon through /run/user")
 	unmountAsUser()
 }
 

@@ -230,7 +230,7 @@ var Options = []Option{
 			c.MetricsAddr = s
 			return nil
 		}},
-	{Name: "control-socket", Placeholder: "PATH", Fstab: "control_socket", Kind: String, DefaultDoc: "/run/ferry/HASH.sock (HASH from the mount point)", Category: catLogging,
+	{Name: "control-socket", Placeholder: "PATH", Fstab: "control_socket", Kind: String, DefaultDoc: "/run/ferry/HASH.sock (HASH from the mount point); as another user $XDG_RUNTIME_DIR/ferry/HASH.sock, /run/user/UID/ferry/HASH.sock, or the abstract socket @ferry/UID/HASH", Category: catLogging,
 		Usage: "unix socket (0600) on which `ferry invalidate` reaches this mount; ferry warm and invalidate look for it at the default path, which is linked to this one",
 		set:   func(c *Config, s string) error { return absPath(&c.ControlSocket, s) }},
 }
