@@ -93,6 +93,8 @@ type controlServer struct {
 	// Constant data
 	path     string
 	abstract bool        // path is an abstract socket: peers are checked
+	identity bool        // uids are seen as the host sees them (for peer checks)
+	overflow int         // the uid that unmapped uids show as otherwise
 	created  os.FileInfo // the socket file as created, to remove only it
 	link     string      // the default path, linked to path; "" if none
 	ln       net.Listener
@@ -207,7 +209,7 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 		// serving) is not taken over: there is no file to replace.
 		if aln, aerr := net.Listen("unix", abstractControlSocket(uid, cfg.MountPoint)); aerr == nil {
 			path, ln, err = abstractControlSocket(uid, cfg.MountPoint), aln, nil
-			c.abstract = true
+			c.abstract, c.identity, c.overflow = true, identityUIDMap(), overflowUID()
 		} else {
 			err = fmt.Errorf("%v; abstract socket: %v", err, aerr)
 		}
@@ -326,7 +328,7 @@ func (c *controlServer) serve() {
 		// A socket file is closed to others by its mode; an abstract one
 		// is not. A stranger is dropped at once, before anything is read
 		// or held for it.
-		if c.abstract && !peerAllowed(conn) {
+		if c.abstract && !c.peerAllowed(conn) {
 			conn.Close()
 			continue
 		}
@@ -346,12 +348,12 @@ func (c *controlServer) serve() {
 // does not map shows as the overflow uid (65534): that uid is refused
 // there, as it may be anyone (a daemon running as it there answers only
 // root).
-func peerAllowed(conn net.Conn) bool {
+func (c *controlServer) peerAllowed(conn net.Conn) bool {
 	uid, err := peerUID(conn)
 	if err != nil {
 		return false
 	}
-	return uidAllowed(uid, os.Getuid(), identityUIDMap(), overflowUID())
+	return uidAllowed(uid, os.Getuid(), c.identity, c.overflow)
 }
 
 // uidAllowed is peerAllowed's rule for a peer uid, the daemon's own, and
@@ -450,6 +452,12 @@ func cachedBytesOf(store *filecache.Store) func(bucket.Object) int64 {
 func callControl(ctx context.Context, path string, req *controlRequest) (*controlResponse, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
+	for wait := 10 * time.Millisecond; errors.Is(err, syscall.EAGAIN) && wait < time.Second && ctx.Err() == nil; wait *= 2 {
+		// The daemon's queue of connections is full (a burst of clients,
+		// or someone flooding an abstract socket): try again shortly.
+		time.Sleep(wait)
+		conn, err = d.DialContext(ctx, "unix", path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}

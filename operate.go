@@ -234,7 +234,11 @@ func controlSocketOf(mountPoint string) (string, error) {
 	if denied != nil {
 		return "", fmt.Errorf("the control socket of the ferry mount on %s: %w (it is only for the user running ferry, or root)", mountPoint, denied)
 	}
-	return "", fmt.Errorf("no control socket for the ferry mount on %s (looked for %s; see the daemon's log)", mountPoint, strings.Join(candidates, ", "))
+	hint := "see the daemon's log"
+	if m.owner > 0 && m.owner != os.Getuid() {
+		hint = fmt.Sprintf("a socket in uid %d's XDG_RUNTIME_DIR is found only by that user; or see the daemon's log", m.owner)
+	}
+	return "", fmt.Errorf("no control socket for the ferry mount on %s (looked for %s; %s)", mountPoint, strings.Join(candidates, ", "), hint)
 }
 
 // listening reports whether an abstract unix socket of this name listens
@@ -248,10 +252,11 @@ func listening(abstract string) bool {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// Num RefCount Protocol Flags Type St Inode Path; St 01 is
-		// unconnected, which a listener is.
+		// Num RefCount Protocol Flags Type St Inode Path: a listener has
+		// flag __SO_ACCEPTCON (00010000), type stream (0001), and state
+		// unconnected (01).
 		fields := strings.Fields(sc.Text())
-		if len(fields) == 8 && fields[7] == abstract && fields[5] == "01" {
+		if len(fields) == 8 && fields[7] == abstract && fields[3] == "00010000" && fields[4] == "0001" && fields[5] == "01" {
 			return true
 		}
 	}
