@@ -8,20 +8,23 @@
 #
 #   docker build -t ferry .
 #
-# Run. The mount is made inside the container and, through the rshared
-# bind mount, appears on the host at /mnt/data:
+# Run. The mount is made inside the container, in a subdirectory of an
+# rshared bind mount, and so appears on the host at /mnt/ferry/data
+# (mkdir -p /mnt/ferry/data on the host first):
 #
 #   docker run --rm --device /dev/fuse --cap-add SYS_ADMIN \
-#     --security-opt apparmor:unconfined \
-#     -v /ssd/ferry-cache:/cache -v /mnt/data:/mnt/data:rshared \
-#     ferry --cache-dir /cache --allow-other gs://bucket /mnt/data
+#     --security-opt apparmor=unconfined \
+#     -v /ssd/ferry-cache:/cache -v /mnt/ferry:/mnt/ferry:rshared \
+#     ferry --cache-dir /cache --allow-other gs://bucket /mnt/ferry/data
 #
 #   --device /dev/fuse        the FUSE device ferry serves the file system on
 #   --cap-add SYS_ADMIN       mount(2) needs it, even for FUSE
-#   --security-opt apparmor:unconfined
+#   --security-opt apparmor=unconfined
 #                             Docker's default AppArmor profile denies mount
 #   :rshared                  propagate the mount from the container to the
-#                             host (the default, rprivate, keeps it inside)
+#                             host (the default, rprivate, keeps it inside);
+#                             bind the parent, not the mount point, so that
+#                             a ferry restarted after a crash reaches the host
 #   --allow-other             let host users other than root read the mount
 #
 # or replace the first three options with --privileged. docs/containers.md

@@ -94,7 +94,8 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"secret in ENV", "Dockerfile", "WORKDIR /src", "WORKDIR /src\nENV AWS_SECRET_ACCESS_KEY=abc"},
 		{"Go version behind go.mod", "Dockerfile", "golang:1.26-bookworm", "golang:1.25-bookworm"},
 		{"runtime image not slim bookworm", "Dockerfile", "FROM debian:bookworm-slim", "FROM alpine:3.20"},
-		{"documented docker run without rshared", "Dockerfile", "/mnt/data:/mnt/data:rshared \\\n#     ferry", "/mnt/data:/mnt/data \\\n#     ferry"},
+		{"documented docker run without rshared", "Dockerfile", "/mnt/ferry:/mnt/ferry:rshared \\\n#     ferry", "/mnt/ferry:/mnt/ferry \\\n#     ferry"},
+		{"documented docker run binds the mount point", "Dockerfile", "-v /mnt/ferry:/mnt/ferry:rshared", "-v /mnt/ferry/data:/mnt/ferry/data:rshared"},
 		{"key files in the build context", ".dockerignore", "**/key.json\n", ""},
 		{"sources excluded from the build context", ".dockerignore", ".git\n", ".git\n*.go\n"},
 
@@ -102,7 +103,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"misspelt propagation key", "deploy/kubernetes/daemonset.yaml", "mountPropagation: Bidirectional", "mountPropogation: Bidirectional"},
 		{"unprivileged DaemonSet", "deploy/kubernetes/daemonset.yaml", "privileged: true", "privileged: false"},
 		{"consumer without HostToContainer", "deploy/kubernetes/daemonset.yaml", "mountPropagation: HostToContainer", "mountPropagation: None"},
-		{"consumer mounts the mount point itself", "deploy/kubernetes/daemonset.yaml", "path: /var/lib/ferry/mnt\n        type: Directory", "path: /var/lib/ferry/mnt/train\n        type: Directory"},
+		{"consumer mounts the mount point itself", "deploy/kubernetes/daemonset.yaml", "path: /var/lib/ferry/mnt\n        # OrCreate", "path: /var/lib/ferry/mnt/train\n        # OrCreate"},
 		{"no memory headroom", "deploy/kubernetes/daemonset.yaml", "memory: 2304Mi", "memory: 2Gi"},
 		{"GOMEMLIMIT above the container limit", "deploy/kubernetes/daemonset.yaml", "value: 2200MiB", "value: 3GiB"},
 		{"unknown ferry flag", "deploy/kubernetes/daemonset.yaml", "--memory-limit 2GiB", "--memory-limt 2GiB"},
@@ -133,7 +134,8 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"unknown mount option", "deploy/fstab.example", "s3_path_style", "s3_pathstyle"},
 		{"fstab without _netdev", "deploy/fstab.example", "ro,_netdev,allow_other,cache_dir=/ssd/ferry,", "ro,allow_other,cache_dir=/ssd/ferry,"},
 
-		{"docs: mount not propagated", "docs/containers.md", "-v /mnt/data:/mnt/data:rshared \\\n      ferry --cache-dir", "-v /mnt/data:/mnt/data \\\n      ferry --cache-dir"},
+		{"docs: mount not propagated", "docs/containers.md", "-v /mnt/ferry:/mnt/ferry:rshared \\\n      ferry --cache-dir", "-v /mnt/ferry:/mnt/ferry \\\n      ferry --cache-dir"},
+		{"docs: docker run binds the mount point", "docs/containers.md", "-v /mnt/ferry:/mnt/ferry:rshared \\\n      ferry --cache-dir /cache --allow-other gs://bucket /mnt/ferry/data\n\nOr", "-v /mnt/ferry/data:/mnt/ferry/data:rshared \\\n      ferry --cache-dir /cache --allow-other gs://bucket /mnt/ferry/data\n\nOr"},
 		{"docs: no FUSE device", "docs/containers.md", "docker run --rm --device /dev/fuse --cap-add SYS_ADMIN", "docker run --rm --cap-add SYS_ADMIN"},
 		{"docs: misspelt flag", "docs/containers.md", "--s3-path-style \\", "--s3-pathstyle \\"},
 		{"docs: bad fstab option", "docs/containers.md", "metadata_ttl=-1 0 0", "metadata_ttl=never 0 0"},
@@ -638,6 +640,11 @@ func (c *checker) checkDockerRun(file, line string) {
 	}
 	if mountVol == nil || !slices.Contains(strings.Split(mountVol.opts, ","), "rshared") {
 		c.addf(file, "%s: the mount point %s must be in a volume with :rshared, or the host never sees the mount", line, cfg.MountPoint)
+	} else if path.Clean(mountVol.dst) == path.Clean(cfg.MountPoint) {
+		// A killed ferry leaves a dead mount on the host, which the next
+		// container gets as this volume: its ferry would mount on the
+		// container's copy, where the host never sees it.
+		c.addf(file, "%s: bind the parent of the mount point %s, not the mount point itself, or a ferry restarted after a crash mounts where the host never sees it", line, cfg.MountPoint)
 	}
 	if cfg.CacheDir != "" && cacheVol == nil {
 		c.addf(file, "%s: --cache-dir %s is in the container's writable layer; mount a host SSD there", line, cfg.CacheDir)
