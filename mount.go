@@ -346,6 +346,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		return errors.New("interrupted while mounting")
 	}
 	ready()
+	dev := mountDev(cfg.MountPoint) // to tell our mount from what is there later
 
 	joined := make(chan error, 1)
 	go func() { joined <- mfs.Join(context.Background()) }()
@@ -356,6 +357,16 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 			logger.Info("unmounted", "mountpoint", cfg.MountPoint)
 			return err
 		case sig := <-sigs:
+			if top, ok := topMount(cfg.MountPoint); dev != "" && (!ok || top.dev != dev) {
+				// Detached from outside already (a Kubernetes preStop's
+				// fusermount3 -uz, umount -l) while files are open:
+				// nothing to unmount; serve them until they are closed.
+				logger.Info("already detached from the mount point; serving the open files until they are closed",
+					"signal", sig.String(), "mountpoint", cfg.MountPoint)
+				err := <-joined
+				logger.Info("unmounted", "mountpoint", cfg.MountPoint)
+				return err
+			}
 			logger.Info("unmounting", "signal", sig.String(), "mountpoint", cfg.MountPoint)
 			if err := unmountRetry(cfg.MountPoint, 5, time.Second); err != nil {
 				// Still busy: detach lazily. The mount point is free at

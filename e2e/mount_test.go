@@ -407,3 +407,34 @@ func TestSIGTERMUnmounts(t *testing.T) {
 	assert.False(t, isMounted(m.dir), "still mounted after SIGTERM")
 	assert.False(t, alive(m.pid), "still running after SIGTERM")
 }
+
+// TestSIGTERMAfterOutsideDetach: SIGTERM to a ferry whose mount was
+// detached from outside while a file is open (a Kubernetes preStop runs
+// fusermount3 -uz, then the pod's ferry gets SIGTERM): ferry says so
+// instead of retrying an unmount of what is no longer there and logging
+// an error, serves the open file, and exits once it is closed.
+func TestSIGTERMAfterOutsideDetach(t *testing.T) {
+	s := newStore(t, "file")
+	s.put(t, "f", []byte("still served"))
+	m := mount(t, s)
+	f, err := os.Open(filepath.Join(m.dir, "f"))
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, syscall.Unmount(m.dir, syscall.MNT_DETACH))
+	require.False(t, isMounted(m.dir))
+	require.NoError(t, syscall.Kill(m.pid, syscall.SIGTERM))
+	logged := func(s string) bool {
+		b, _ := os.ReadFile(m.log)
+		return strings.Contains(string(b), s)
+	}
+	require.Eventually(t, func() bool { return logged("already detached") }, 10*time.Second, 20*time.Millisecond,
+		"no word of the detached mount after SIGTERM")
+	b, err := io.ReadAll(f)
+	require.NoError(t, err)
+	assert.Equal(t, "still served", string(b))
+	require.True(t, alive(m.pid), "ferry exited with a file open")
+	require.NoError(t, f.Close())
+	require.Eventually(t, func() bool { return !alive(m.pid) }, 10*time.Second, 50*time.Millisecond,
+		"ferry did not exit once the file was closed")
+	assert.False(t, logged("cannot unmount"), "an error logged for a mount detached on purpose")
+}
