@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -357,10 +358,13 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 			logger.Info("unmounted", "mountpoint", cfg.MountPoint)
 			return err
 		case sig := <-sigs:
-			if top, ok := topMount(cfg.MountPoint); dev != "" && (!ok || top.dev != dev) {
+			if dev != "" && !slices.ContainsFunc(readMounts(), func(m mountEntry) bool {
+				return m.point == cfg.MountPoint && m.dev == dev
+			}) {
 				// Detached from outside already (a Kubernetes preStop's
 				// fusermount3 -uz, umount -l) while files are open:
 				// nothing to unmount; serve them until they are closed.
+				// (Covered by another mount, it is still ours to unmount.)
 				logger.Info("already detached from the mount point; serving the open files until they are closed",
 					"signal", sig.String(), "mountpoint", cfg.MountPoint)
 				err := <-joined
