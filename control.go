@@ -207,8 +207,9 @@ func startControl(cfg *flags.Config, log *slog.Logger, store *filecache.Store) (
 		// login session). An abstract name taken by another process
 		// (an earlier ferry on this mount point, detached but still
 		// serving) is not taken over: there is no file to replace.
-		if aln, aerr := net.Listen("unix", abstractControlSocket(uid, cfg.MountPoint)); aerr == nil {
-			path, ln, err = abstractControlSocket(uid, cfg.MountPoint), aln, nil
+		name := abstractControlSocket(uid, cfg.MountPoint)
+		if aln, aerr := net.Listen("unix", name); aerr == nil {
+			path, ln, err = name, aln, nil
 			c.abstract, c.identity, c.overflow = true, identityUIDMap(), overflowUID()
 		} else {
 			err = fmt.Errorf("%v; abstract socket: %v", err, aerr)

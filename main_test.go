@@ -39,27 +39,33 @@ func TestMain(m *testing.M) {
 		os.Exit(fakeChild(mode))
 	}
 	if socket := os.Getenv(askControlEnv); socket != "" {
-		if n, _ := strconv.Atoi(os.Getenv(floodControlEnv)); n > 0 {
-			var conns []net.Conn // kept reachable: a lost conn is closed
-			for i := range n {
-				conn, err := net.Dial("unix", socket)
-				if err != nil {
-					fmt.Printf("connection %d: %v\n", i, err)
-					os.Exit(1)
-				}
-				conns = append(conns, conn)
-			}
-			fmt.Printf("holding %d connections\n", len(conns))
-			time.Sleep(time.Hour)
-			runtime.KeepAlive(conns)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := callControl(ctx, socket, &controlRequest{Op: "launch"})
-		cancel()
-		fmt.Printf("uid %d asked: %v\n", os.Getuid(), err)
-		os.Exit(0)
+		os.Exit(askControlChild(socket))
 	}
 	os.Exit(m.Run())
+}
+
+// askControlChild is the test binary run with askControlEnv: it asks the
+// socket and prints the answer, or (floodControlEnv) holds connections.
+func askControlChild(socket string) int {
+	if n, _ := strconv.Atoi(os.Getenv(floodControlEnv)); n > 0 {
+		var conns []net.Conn // kept reachable: a lost conn is closed
+		for i := range n {
+			conn, err := net.Dial("unix", socket)
+			if err != nil {
+				fmt.Printf("connection %d: %v\n", i, err)
+				return 1
+			}
+			conns = append(conns, conn)
+		}
+		fmt.Printf("holding %d connections\n", len(conns))
+		time.Sleep(time.Hour)
+		runtime.KeepAlive(conns)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := callControl(ctx, socket, &controlRequest{Op: "launch"})
+	fmt.Printf("uid %d asked: %v\n", os.Getuid(), err)
+	return 0
 }
 
 func fakeChild(mode string) int {

@@ -218,10 +218,14 @@ func controlSocketOf(mountPoint string) (string, error) {
 			denied = err // another place may still be ours
 		}
 	}
-	if me := os.Getuid(); m.owner > 0 && me != m.owner && me != 0 {
-		return "", fmt.Errorf("the control socket of the ferry mount on %s is only for uid %d, who mounted it, and root", mountPoint, m.owner)
-	}
-	if m.owner > 0 {
+	hint := "see the daemon's log"
+	if me := os.Getuid(); m.owner > 0 {
+		if me != m.owner && me != 0 {
+			return "", fmt.Errorf("the control socket of the ferry mount on %s is only for uid %d, who mounted it, and root", mountPoint, m.owner)
+		}
+		if me == 0 {
+			hint = fmt.Sprintf("a socket in uid %d's XDG_RUNTIME_DIR is found only by that user; or see the daemon's log", m.owner)
+		}
 		// A user's daemon, which cannot use root's /run/ferry (denied
 		// there means nothing): its abstract socket, if it has one.
 		abstract := abstractControlSocket(m.owner, mountPoint)
@@ -233,10 +237,6 @@ func controlSocketOf(mountPoint string) (string, error) {
 	}
 	if denied != nil {
 		return "", fmt.Errorf("the control socket of the ferry mount on %s: %w (it is only for the user running ferry, or root)", mountPoint, denied)
-	}
-	hint := "see the daemon's log"
-	if m.owner > 0 && m.owner != os.Getuid() {
-		hint = fmt.Sprintf("a socket in uid %d's XDG_RUNTIME_DIR is found only by that user; or see the daemon's log", m.owner)
 	}
 	return "", fmt.Errorf("no control socket for the ferry mount on %s (looked for %s; %s)", mountPoint, strings.Join(candidates, ", "), hint)
 }

@@ -19,7 +19,8 @@ import (
 
 // TestMountAsUser: a user other than root mounts through fusermount3,
 // reads, warms through the control socket in its XDG_RUNTIME_DIR (or,
-// without one, /run/user/UID), and unmounts with fusermount3 -u; and
+// without one, /run/user/UID, or else an abstract socket, which answers
+// the user and root only), and unmounts with fusermount3 -u; and
 // when fusermount3 refuses, the error ferry prints in the background says
 // why (fusermount3's own message goes to a stderr nobody sees). It runs
 // in a mount namespace of its own, where /dev/fuse is a node the test
