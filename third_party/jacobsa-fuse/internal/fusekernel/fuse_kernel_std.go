@@ -1,0 +1,3 @@
+package fusekernel
+
+var IsPlatformFuseT bool
