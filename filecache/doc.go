@@ -41,6 +41,14 @@
 // a disk cache. Entries left by another BucketID in a shared Dir count
 // toward the limit and age out by LRU.
 //
+// # Files read without the store
+//
+// Whole hands out the data file of an object cached whole, for the kernel
+// to read directly (FUSE passthrough, see fs). Those reads bypass
+// ReadBlocks, so Whole checks every block's CRC first: once per process,
+// and again whenever the file's stamp (inode, size, mtime, ctime) shows
+// that something wrote to it since. The file is pinned until released.
+//
 // # What it must never do
 //
 // Serve bytes that differ from what WriteBlocksCRC was given for that object

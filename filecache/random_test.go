@@ -107,7 +107,7 @@ func TestConcurrentReadWriteEvict(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	hits := 0
+	hits, wholes := 0, 0
 	for g := 0; g < 6; g++ {
 		wg.Add(1)
 		go func(seed uint64) {
@@ -118,6 +118,21 @@ func TestConcurrentReadWriteEvict(t *testing.T) {
 				idx := r.Int64N(8)
 				if r.IntN(2) == 0 {
 					s.WriteBlocks(o, idx, blocksData(o, idx, 2, testBS))
+					continue
+				}
+				if r.IntN(8) == 0 {
+					// The whole file, as passthrough reads it.
+					if f, release, ok := s.Whole(o); ok {
+						got := make([]byte, o.Size)
+						_, err := f.ReadAt(got, 0)
+						release()
+						if !assert.NoError(t, err) || !assert.Equal(t, blocksData(o, 0, 8, testBS), got) {
+							return
+						}
+						mu.Lock()
+						wholes++
+						mu.Unlock()
+					}
 					continue
 				}
 				want := blockData(o, idx, testBS)
@@ -134,7 +149,7 @@ func TestConcurrentReadWriteEvict(t *testing.T) {
 		}(uint64(g))
 	}
 	wg.Wait()
-	t.Logf("hits: %d, stats: %+v", hits, s.Stats())
+	t.Logf("hits: %d, whole files: %d, stats: %+v", hits, wholes, s.Stats())
 	assert.Positive(t, hits)
 	assert.Positive(t, s.Stats().Evictions)
 	s.checkInvariants(t)

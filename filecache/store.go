@@ -96,6 +96,8 @@ type Stats struct {
 	Evictions               int64 // entries evicted (LRU, limit or floor)
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
+	WholeChecks             int64 // files Whole read and checked whole
+	WholeCheckedBytes       int64 // their bytes
 	Entries                 int64 // object versions with a data file
 	UsedBytes               int64 // allocated bytes of all data files
 	LimitBytes              int64 // effective MaxSize
@@ -170,6 +172,9 @@ type entry struct {
 	live       bool     // GUARDED_BY(Store.mu); false once evicted
 	metaDirty  bool     // GUARDED_BY(Store.mu)
 	atimeDirty bool     // GUARDED_BY(Store.mu)
+	// verified is the data file as Whole last checked it whole: while
+	// the file shows the same stamp, it has not been written since.
+	verified fileStamp // GUARDED_BY(Store.mu)
 
 	// opening serialises opening (and creating) the data file, so that
 	// the one who creates it is the one who installs it, before anyone
@@ -236,6 +241,7 @@ type Store struct {
 	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
 	writeBlocks, writeBytes                    atomic.Int64
 	evictions, corrupt, writeErrors            atomic.Int64
+	wholeChecks, wholeCheckedBytes             atomic.Int64
 }
 
 func validateBlockSize(bs int64) error {
@@ -695,15 +701,9 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	var finish *entry
 	dropped := 0
 	for i := range ok {
-		idx := first + int64(i)
-		if corrupt[i] && e.live && e.present.get(idx) && e.crcs[idx] == want[i] {
-			e.present.clear(idx)
-			e.crcs[idx] = 0
+		if corrupt[i] && s.dropLocked(e, first+int64(i), want[i]) {
 			dropped++
 		}
-	}
-	if dropped > 0 {
-		s.markDirtyLocked(e, true)
 	}
 	// The data file is gone (cache dir deleted?) or cannot be opened
 	// (its mode changed, an I/O error): forget the entry, so that its
@@ -718,10 +718,7 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	s.mu.Unlock()
 	s.finishEvictions([]*entry{finish})
 	if dropped > 0 {
-		s.corrupt.Add(int64(dropped))
-		// Once: a failing disk would otherwise log every block it holds.
-		s.logOnce("read: corrupt", "cache block failed its checksum; dropped and fetched again (logged once; see ferry_cache_corrupt_blocks_total)",
-			"object", e.name, "block", first+int64(slices.Index(corrupt, true)))
+		s.countCorrupt(e, dropped, first+int64(slices.Index(corrupt, true)))
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -742,6 +739,28 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 		s.countMissBlocks(missed, int64(len(p))-hit)
 	}
 	return filled
+}
+
+// dropLocked forgets block idx of e, read as failing its CRC, if it is
+// still the block that was read (crc want): it is fetched and written
+// again. LOCKS_REQUIRED(s.mu)
+func (s *Store) dropLocked(e *entry, idx int64, want uint32) bool {
+	if !e.live || !e.present.get(idx) || e.crcs[idx] != want {
+		return false
+	}
+	e.present.clear(idx)
+	e.crcs[idx] = 0
+	s.markDirtyLocked(e, true)
+	return true
+}
+
+// countCorrupt counts n blocks of e dropped by dropLocked, the first at
+// idx.
+func (s *Store) countCorrupt(e *entry, n int, idx int64) {
+	s.corrupt.Add(int64(n))
+	// Once: a failing disk would otherwise log every block it holds.
+	s.logOnce("read: corrupt", "cache block failed its checksum; dropped and fetched again (logged once; see ferry_cache_corrupt_blocks_total)",
+		"object", e.name, "block", idx)
 }
 
 func (s *Store) countMissBlocks(blocks int, bytes int64) {
@@ -1260,7 +1279,8 @@ func (s *Store) Stats() Stats {
 		WriteBlocks: s.writeBlocks.Load(), WriteBytes: s.writeBytes.Load(),
 		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
 		WriteErrors: s.writeErrors.Load(),
-		Entries:     n, UsedBytes: used, LimitBytes: s.limit,
+		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
+		Entries: n, UsedBytes: used, LimitBytes: s.limit,
 	}
 }
 

@@ -1,0 +1,160 @@
+package filecache
+
+import (
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+// wholeOK calls Whole and, if it hands out the file, checks every byte of
+// it and releases it. Returns whether it did.
+func wholeOK(t *testing.T, s *Store, o *bucket.Object) bool {
+	t.Helper()
+	f, release, ok := s.Whole(o)
+	if !ok {
+		assert.Nil(t, f)
+		return false
+	}
+	defer release()
+	got, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<40))
+	require.NoError(t, err)
+	require.Equal(t, blocksData(o, 0, numBlocks(o.Size, testBS), testBS), got, "Whole(%s) handed out other bytes", o.Name)
+	return true
+}
+
+// corruptAt writes a byte into o's data file that differs from the one
+// there, as another process (or a bad disk write) would.
+func corruptAt(t *testing.T, s *Store, o *bucket.Object, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(s.pathFor(s.keyFor(o)), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	b := make([]byte, 1)
+	_, err = f.ReadAt(b, off)
+	require.NoError(t, err)
+	b[0] ^= 0x5a
+	_, err = f.WriteAt(b, off)
+	require.NoError(t, err)
+}
+
+func TestWholeOnlyWhenEveryBlockIsCached(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 3*testBS+100) // a short last block
+	assert.False(t, wholeOK(t, s, o), "nothing cached")
+	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+	assert.False(t, wholeOK(t, s, o), "the last block is missing")
+	require.Equal(t, 1, s.WriteBlocks(o, 3, blocksData(o, 3, 1, testBS)))
+	assert.True(t, wholeOK(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().WholeChecks)
+	assert.EqualValues(t, o.Size, s.Stats().WholeCheckedBytes)
+
+	// Unchanged since: handed out without reading it again.
+	assert.True(t, wholeOK(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().WholeChecks)
+
+	// Another version of the name is another file.
+	o2 := &bucket.Object{Name: "o", Size: o.Size, Version: "v2"}
+	assert.False(t, wholeOK(t, s, o2))
+	assert.False(t, wholeOK(t, s, &bucket.Object{Name: "empty", Version: "v1"}))
+	s.checkInvariants(t)
+
+	// A new process checks again.
+	require.NoError(t, s.Close())
+	assert.False(t, wholeOK(t, s, o), "closed")
+	s = openT(t, Config{Dir: s.root}, hooks{})
+	assert.True(t, wholeOK(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().WholeChecks)
+}
+
+// A byte changed in the data file after it was checked is found at the
+// next Whole, even with its mtime put back: the block is dropped (so the
+// reader's own read fetches it again), counted, and nothing is handed out.
+func TestWholeChecksAgainAfterTheFileChanged(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 5*testBS)
+	require.Equal(t, 5, s.WriteBlocks(o, 0, blocksData(o, 0, 5, testBS)))
+	require.True(t, wholeOK(t, s, o))
+
+	path := s.pathFor(s.keyFor(o))
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	corruptAt(t, s, o, 2*testBS+7)
+	require.NoError(t, os.Chtimes(path, time.Time{}, st.ModTime()))
+
+	assert.False(t, wholeOK(t, s, o))
+	assert.False(t, s.HasBlock(o, 2), "the bad block is dropped")
+	assert.True(t, s.HasBlock(o, 1))
+	assert.True(t, s.HasBlock(o, 3))
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+	assert.False(t, wholeOK(t, s, o), "not whole any more")
+	s.checkInvariants(t)
+
+	require.Equal(t, 1, s.WriteBlocks(o, 2, blocksData(o, 2, 1, testBS)))
+	assert.True(t, wholeOK(t, s, o), "whole again once the block is fetched again")
+	assert.EqualValues(t, 2, s.Stats().WholeChecks)
+	s.checkInvariants(t)
+}
+
+// A file cut short behind the store's back is never handed out: its
+// length is the object's only when whole.
+func TestWholeRefusesATruncatedFile(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 4*testBS)
+	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+	require.NoError(t, os.Truncate(s.pathFor(s.keyFor(o)), 2*testBS))
+	assert.False(t, wholeOK(t, s, o))
+	// The blocks past the end are dropped at once.
+	assert.False(t, s.HasBlock(o, 2))
+	assert.False(t, s.HasBlock(o, 3))
+	assert.True(t, readOK(t, s, o, 1))
+	assert.EqualValues(t, 2, s.Stats().CorruptBlocks)
+	s.checkInvariants(t)
+
+	// One appended to is not handed out either (the kernel would read
+	// past the object's end), and its blocks stay.
+	p := obj("p", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(p, 0, blocksData(p, 0, 2, testBS)))
+	f, err := os.OpenFile(s.pathFor(s.keyFor(p)), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write([]byte("more"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.False(t, wholeOK(t, s, p))
+	assert.True(t, readOK(t, s, p, 1))
+}
+
+// The file handed out stays until released, even if its entry is
+// evicted meanwhile; then it goes.
+func TestWholePinsTheFileAgainstEviction(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir, MaxSize: 5 * testBS}, hooks{})
+	a, b := obj("a", 4*testBS), obj("b", 4*testBS)
+	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
+	aPath := s.pathFor(s.keyFor(a))
+	f, release, ok := s.Whole(a)
+	require.True(t, ok)
+
+	// Fill the cache with b: a, the least recently used, must go.
+	require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
+	require.False(t, s.HasBlock(a, 0))
+	_, err := os.Stat(aPath)
+	require.NoError(t, err, "a file handed out is not unlinked")
+	got := make([]byte, 4*testBS)
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, blocksData(a, 0, 4, testBS), got)
+
+	release()
+	_, err = os.Stat(aPath)
+	assert.ErrorIs(t, err, os.ErrNotExist, "unlinked once released")
+	assert.False(t, wholeOK(t, s, a))
+	require.NoError(t, s.flush())
+	s.checkInvariants(t)
+	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
+}
