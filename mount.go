@@ -303,6 +303,10 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	if cfg.ReadAheadFiles {
 		openAhead = func(obj bucket.Object) fs.ContentReader { return fetcher.OpenAhead(obj) }
 	}
+	var backing func(obj bucket.Object) (*os.File, func(), bool)
+	if fileStore != nil && cfg.CachePassthrough {
+		backing = func(obj bucket.Object) (*os.File, func(), bool) { return fileStore.Whole(&obj) }
+	}
 	mfs, err := fs.Mount(serveCtx, cfg.MountPoint, fs.Config{
 		Bucket:    b,
 		Open:      func(obj bucket.Object) fs.ContentReader { return fetcher.Open(obj) },
@@ -322,6 +326,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 
 		// Operations: warm --check and invalidate (control.go).
 		CachedBytes: cachedBytesOf(fileStore),
+		Backing:     backing,
 		Control:     ctl.fs,
 	}, fs.MountOptions{
 		AllowOther:    cfg.AllowOther,

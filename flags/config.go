@@ -60,6 +60,9 @@ type Config struct {
 	CacheMinFree        int64
 	CacheMinFreePercent float64
 	CacheBlockSize      int64
+	// CachePassthrough: objects held whole in the cache are read by the
+	// kernel from their cache files (fs/passthrough.go).
+	CachePassthrough bool
 
 	// Memory and kernel.
 	MemoryLimit int64

@@ -92,7 +92,7 @@ func TestDefaults(t *testing.T) {
 		FileMode:       0o444,
 		DirMode:        0o555,
 		CacheMinFree:   5 << 30,
-		CacheBlockSize: 64 << 10,
+		CacheBlockSize: 64 << 10, CachePassthrough: true,
 		MemoryLimit:    512 << 20,
 		ReadAheadFiles: true,
 		ReadAheadKB:    1024,
@@ -111,7 +111,7 @@ func TestAllOptions(t *testing.T) {
 		"--key-file="+key, "--billing-project=proj", "--max-connections=64", "--memory-limit=2GiB",
 		"--store-timeout=5s", "--retry-max-time=90", "--nonempty",
 		"--metadata-ttl=-1", "--negative-ttl=0", "--uid=1000", "--gid=1001", "--file-mode=640", "--dir-mode=0o750",
-		"--cache-dir=rel/cache", "--cache-size=200GiB", "--cache-min-free=10%", "--cache-block-size=1MiB",
+		"--cache-dir=rel/cache", "--cache-size=200GiB", "--cache-min-free=10%", "--cache-block-size=1MiB", "--cache-passthrough=false",
 		"--log-file=/var/log/ferry.log", "--log-format=json", "--debug", "--metrics-addr=:9101",
 		"gs://b", "mnt")
 	require.NoError(t, err)

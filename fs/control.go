@@ -274,9 +274,12 @@ type connState struct {
 	// notifier writes invalidations; only while the connection is served
 	// (jacobsa/fuse runs its writer goroutine inside ServeOps).
 	notifier *fuse.Notifier
-	serving  atomic.Bool   // ServeOps has started
-	served   chan struct{} // closed when ServeOps returns
-	once     sync.Once
+	// fc is the connection, once ServeOps has it (for passthrough's
+	// backing files, passthrough.go).
+	fc      atomic.Pointer[fuse.Connection]
+	serving atomic.Bool   // ServeOps has started
+	served  chan struct{} // closed when ServeOps returns
+	once    sync.Once
 }
 
 func newConnState() *connState {
@@ -288,9 +291,12 @@ func newConnState() *connState {
 type servedServer struct {
 	inner fuse.Server
 	conn  *connState
+	fs    *fileSystem
 }
 
 func (s *servedServer) ServeOps(c *fuse.Connection) {
+	s.conn.fc.Store(c)
+	s.fs.logPassthrough(c)
 	s.conn.serving.Store(true)
 	defer s.conn.once.Do(func() { close(s.conn.served) })
 	s.inner.ServeOps(c)

@@ -86,6 +86,12 @@ type Config struct {
 	// Control, when set, is bound to the file system by Mount, for
 	// invalidating its caches at run time (control.go).
 	Control *Control
+	// Backing, when set, is asked at each open whether obj is held whole
+	// on local disk: if so it returns the file, checked, and a release
+	// (filecache.Store.Whole), and the open is passthrough, read by the
+	// kernel from that file (passthrough.go). nil reads every file
+	// through Open's reader.
+	Backing func(obj bucket.Object) (f *os.File, release func(), ok bool)
 }
 
 // forever is what a -1 TTL tells the kernel: fuse has no "never expires".
@@ -120,6 +126,7 @@ type fileSystem struct {
 	mountTime         time.Time
 
 	// Mutable state with its own synchronisation
+	pt           ptState
 	cache        *metaCache
 	prefetch     *dirPrefetcher
 	ahead        *aheader
@@ -181,6 +188,13 @@ type inode struct {
 	// read: a handle has read the inode, in version readAt (the last).
 	read   bool   // GUARDED_BY(fileSystem.mu)
 	readAt string // GUARDED_BY(fileSystem.mu)
+
+	// Passthrough (passthrough.go), files only: ptMu serialises the
+	// opens' choice of I/O mode; cachedOpens counts the handles read
+	// through ferry, backing is the passthrough handles' file (or nil).
+	ptMu        sync.Mutex
+	cachedOpens int      // GUARDED_BY(fileSystem.mu)
+	backing     *backing // GUARDED_BY(fileSystem.mu)
 }
 
 func (in *inode) key() inodeKey {
@@ -231,6 +245,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		files:       make(map[fuseops.HandleID]*fileHandle),
 		nextHandle:  1,
 	}
+	fs.pt.whole = cfg.Backing
 	fs.prefetch = newDirPrefetcher(fs)
 	fs.ahead = newAheader(fs, cfg.OpenAhead, cfg.AheadBytes)
 	// The kernel holds one implicit reference to the root.
@@ -259,7 +274,11 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 			Name: "ferry_fs_files_read_ahead_taken_total",
 			Help: "Files opened ahead whose handle an open then took over.",
 		}, func() float64 { return float64(fs.ahead.taken.Load()) })
-		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken} {
+		passthrough := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_passthrough_opens_total",
+			Help: "Opens of files held whole in the disk cache that the kernel reads from the cache file itself (FUSE passthrough): their reads never reach ferry.",
+		}, func() float64 { return float64(fs.pt.opens.Load()) })
+		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -320,6 +339,29 @@ func (fs *fileSystem) checkInvariants() {
 		}
 		if id >= fs.nextInode {
 			panic("fs: inode id beyond nextInode")
+		}
+	}
+	// Passthrough counts (passthrough.go) match the open handles.
+	cached := map[*inode]int{}
+	backed := map[*backing]int{}
+	for _, h := range fs.files {
+		switch {
+		case !h.counted:
+		case h.backing != nil:
+			backed[h.backing]++
+			if h.in.backing != h.backing {
+				panic("fs: a passthrough handle's backing is not its inode's: " + h.in.path)
+			}
+		default:
+			cached[h.in]++
+		}
+	}
+	for _, in := range fs.inodes {
+		if in.cachedOpens != cached[in] {
+			panic("fs: cachedOpens does not count the inode's handles: " + in.path)
+		}
+		if b := in.backing; b != nil && (b.handles == 0 || b.handles != backed[b]) {
+			panic("fs: a backing's handles are not counted right: " + in.path)
 		}
 	}
 }
@@ -717,9 +759,13 @@ func (fs *fileSystem) BatchForget(ctx context.Context, op *fuseops.BatchForgetOp
 type fileHandle struct {
 	// Constant data
 	obj    bucket.Object
-	reader ContentReader // safe for concurrent ReadAt
-	in     *inode        // its mutable fields are GUARDED_BY(fileSystem.mu)
-	ahead  *aheadFile    // what the reader was opened ahead as (ahead.go), or nil
+	reader ContentReader // safe for concurrent ReadAt; nil when passthrough
+	// counted: the handle is counted on its inode (passthrough.go), on
+	// backing if that is set, else as read through ferry.
+	counted bool
+	backing *backing
+	in      *inode     // its mutable fields are GUARDED_BY(fileSystem.mu)
+	ahead   *aheadFile // what the reader was opened ahead as (ahead.go), or nil
 	// read is set by the handle's first read (noteRead).
 	read atomic.Bool
 	// fromStart: has a large file been read at offset 0, and then in the
@@ -772,22 +818,45 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 			return syscall.ESTALE
 		}
 	}
-	var r ContentReader
-	ahead := fs.ahead.open(in.path, obj)
-	if ahead != nil {
-		r = ahead.r
-	} else {
-		r = fs.open(obj)
+	h := &fileHandle{obj: obj, in: in}
+	if fs.passthroughGranted() {
+		b, err := fs.openPassthrough(in, obj)
+		if err != nil {
+			return err
+		}
+		h.counted, h.backing = true, b
 	}
-	fs.ahead.watch(in.path, r)
+	ahead := fs.ahead.open(in.path, obj)
+	switch {
+	case h.backing != nil:
+		// A reader opened ahead for this file is not needed: handed
+		// back, as if this open had been a probe.
+		if ahead != nil && !fs.ahead.release(ahead) {
+			ahead.r.Close()
+		}
+		ahead = nil
+	case ahead != nil:
+		h.reader = ahead.r
+	default:
+		h.reader = fs.open(obj)
+	}
+	h.ahead = ahead
+	if h.reader != nil {
+		fs.ahead.watch(in.path, h.reader)
+	}
 	fs.ahead.openedSmall(in.path, obj)
-	h := &fileHandle{obj: obj, reader: r, in: in, ahead: ahead}
 
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	// The kernel's pages are good while the version is the one they were
-	// read from; otherwise it must drop them on this open.
-	op.KeepPageCache = in.opened && in.openedAt == obj.Version
+	if h.backing != nil {
+		// The kernel takes no page-cache flags with passthrough (it
+		// would fail the open); the inode's FUSE pages go unused.
+		op.BackingID = h.backing.id
+	} else {
+		// The kernel's pages are good while the version is the one they
+		// were read from; otherwise it must drop them on this open.
+		op.KeepPageCache = in.opened && in.openedAt == obj.Version
+	}
 	in.opened, in.openedAt = true, obj.Version
 	op.Handle = fs.nextHandle
 	fs.nextHandle++
@@ -842,6 +911,11 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 			fs.ahead.readAt(h, op.Offset)
 		}
 	}
+	if h.reader == nil {
+		// Passthrough: the kernel reads the backing file itself and
+		// never sends a read for such a handle.
+		return syscall.EIO
+	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fs.errno("read", h.obj.Name, err)
@@ -862,8 +936,11 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 		return nil
 	}
 	fs.ahead.handleReleased(h.in.path)
-	if !(h.ahead != nil && fs.ahead.release(h.ahead)) {
+	if h.reader != nil && !(h.ahead != nil && fs.ahead.release(h.ahead)) {
 		h.reader.Close()
+	}
+	if h.counted {
+		fs.releasePassthrough(h.in, h.backing)
 	}
 	return nil
 }
@@ -892,7 +969,12 @@ func (fs *fileSystem) Destroy() {
 	fs.dirs = make(map[fuseops.HandleID]*dirHandle)
 	fs.mu.Unlock()
 	for _, h := range files {
-		h.reader.Close()
+		if h.reader != nil {
+			h.reader.Close()
+		}
+		if h.counted {
+			fs.releasePassthrough(h.in, h.backing)
+		}
 	}
 }
 

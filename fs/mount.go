@@ -113,6 +113,9 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// jacobsa/fuse serves from its own buffer (Dst). It also sets
 		// max_readahead to 1 MiB; ReadAheadKB raises the window later.
 		MaxPages: 256,
+		// Files held whole in the disk cache are read by the kernel from
+		// the cache file (passthrough.go), when it can.
+		EnablePassthrough: fsys.pt.whole != nil,
 	}
 	if opts.Debug {
 		mc.DebugLogger = slog.NewLogLogger(fsys.log.Handler(), slog.LevelDebug)
@@ -133,6 +136,7 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 	server := &servedServer{
 		inner: fuse.NewServerWithNotifier(fsys.conn.notifier, fuseutil.NewFileSystemServer(served)),
 		conn:  fsys.conn,
+		fs:    fsys,
 	}
 	mfs, err := fuse.Mount(dir, server, mc)
 	if err != nil {

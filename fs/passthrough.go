@@ -1,0 +1,163 @@
+package fs
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/jacobsa/fuse"
+
+	"ferry/bucket"
+)
+
+// Passthrough: a file held whole on local disk (the disk cache) is opened
+// with FUSE passthrough. The kernel then reads and maps the cache file
+// itself, and sends ferry no reads at all: warm reads run in the cache
+// volume's page cache, in its large folios, instead of FUSE's 4 KiB pages
+// with a round trip to ferry per request (docs/operations.md, "Warm reads
+// through passthrough").
+//
+// The kernel holds each inode in one I/O mode at a time: while one open
+// file of an inode is passthrough, every other open of it must be
+// passthrough on the same backing file, and while one is read through
+// ferry (cached I/O), none may be passthrough; an open that breaks either
+// rule fails with EIO in the caller. So the opens of one inode choose
+// under its ptMu, and ferry counts both kinds of open handles. The
+// kernel leaves a mode when it releases the file, before it sends
+// RELEASE, so ferry's counts are never below the kernel's: at worst an
+// open goes through ferry that could have been passthrough.
+//
+// Passthrough needs Linux 6.9 or later with CONFIG_FUSE_PASSTHROUGH (the
+// kernel grants it in FUSE_INIT) and CAP_SYS_ADMIN to register a backing
+// file; without either, every open is read through ferry, as before.
+
+// backing is an inode's registered backing file, shared by its
+// passthrough handles.
+type backing struct {
+	id      int32
+	obj     bucket.Object
+	release func() // the disk cache's pin (filecache.Store.Whole)
+	handles int    // GUARDED_BY(fileSystem.mu)
+}
+
+// ptState is the mount's passthrough state.
+type ptState struct {
+	// whole is Config.Backing; nil turns passthrough off.
+	whole func(obj bucket.Object) (f *os.File, release func(), ok bool)
+	// off: the kernel or the process cannot do it (logged once).
+	off    atomic.Bool
+	opens  atomic.Uint64 // passthrough opens, for the metric and tests
+	logged sync.Once
+}
+
+// passthroughGranted reports whether opens may be passthrough: wanted,
+// and granted by the kernel. (Refused since, they are still counted.)
+func (fs *fileSystem) passthroughGranted() bool {
+	c := fs.conn.fc.Load()
+	return fs.pt.whole != nil && c != nil && c.Passthrough()
+}
+
+// openPassthrough chooses how the handle being opened on in (for obj) is
+// read. It returns the backing file to open it on, or nil to read it
+// through ferry; either way the handle is counted, and must be uncounted
+// by releasePassthrough. Only called when the kernel granted passthrough.
+func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object) (*backing, error) {
+	in.ptMu.Lock()
+	defer in.ptMu.Unlock()
+	fs.mu.Lock()
+	switch b := in.backing; {
+	case b != nil && sameObject(b.obj, obj):
+		b.handles++
+		fs.mu.Unlock()
+		fs.pt.opens.Add(1)
+		return b, nil
+	case b != nil:
+		// Open on another version than the passthrough handles still
+		// open: neither mode can serve it (only an unversioned inode
+		// changes its object).
+		fs.mu.Unlock()
+		fs.log.Warn("fs: cannot open a new version of a file while the old one is open from the disk cache; try again once it is closed", "path", in.path)
+		return nil, syscall.EBUSY
+	case in.cachedOpens > 0 || fs.pt.off.Load():
+		in.cachedOpens++
+		fs.mu.Unlock()
+		return nil, nil
+	}
+	fs.mu.Unlock()
+
+	b := fs.newBacking(obj)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if b == nil {
+		in.cachedOpens++
+		return nil, nil
+	}
+	in.backing = b
+	fs.pt.opens.Add(1)
+	return b, nil
+}
+
+// newBacking registers obj's cache file with the kernel, or returns nil
+// if it is not whole on disk or cannot be registered.
+func (fs *fileSystem) newBacking(obj bucket.Object) *backing {
+	f, release, ok := fs.pt.whole(obj)
+	if !ok {
+		return nil
+	}
+	id, err := fs.conn.fc.Load().BackingOpen(int(f.Fd()))
+	if err != nil {
+		release()
+		if errors.Is(err, syscall.EPERM) {
+			// Needs CAP_SYS_ADMIN: it will not come.
+			fs.pt.off.Store(true)
+		}
+		fs.pt.logged.Do(func() {
+			fs.log.Info("fs: the kernel refused a cache file for passthrough; reads of cached files go through ferry", "err", err)
+		})
+		return nil
+	}
+	return &backing{id: id, obj: obj, release: release, handles: 1}
+}
+
+// releasePassthrough uncounts a released handle of in: b is its backing,
+// or nil if it was read through ferry. The last handle of a backing
+// unregisters it and unpins the cache file.
+func (fs *fileSystem) releasePassthrough(in *inode, b *backing) {
+	fs.mu.Lock()
+	if b == nil {
+		in.cachedOpens--
+		fs.mu.Unlock()
+		return
+	}
+	b.handles--
+	last := b.handles == 0
+	if last && in.backing == b {
+		in.backing = nil
+	}
+	fs.mu.Unlock()
+	if last {
+		fs.dropBacking(b)
+	}
+}
+
+// dropBacking unregisters b and unpins its file. Files the kernel has
+// open on it keep it until they are released.
+func (fs *fileSystem) dropBacking(b *backing) {
+	if c := fs.conn.fc.Load(); c != nil {
+		if err := c.BackingClose(b.id); err != nil && !errors.Is(err, syscall.ENODEV) {
+			fs.log.Debug("fs: cannot unregister a passthrough file", "id", b.id, "err", err)
+		}
+	}
+	b.release()
+}
+
+// logPassthrough says once, when the connection starts, whether the
+// kernel granted passthrough to a mount that asked for it.
+func (fs *fileSystem) logPassthrough(c *fuse.Connection) {
+	if fs.pt.whole == nil || c.Passthrough() {
+		return
+	}
+	fs.log.Info("fs: the kernel offers no FUSE passthrough (Linux 6.9 or later, CONFIG_FUSE_PASSTHROUGH); reads of cached files go through ferry")
+}

@@ -1,0 +1,320 @@
+package fs
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"ferry/bucket"
+)
+
+// fakeDisk stands in for the disk cache's Whole (filecache.Store.Whole):
+// the objects it holds whole are files in a directory of its own.
+type fakeDisk struct {
+	t   *testing.T
+	dir string
+
+	mu    sync.Mutex
+	whole map[string][]byte // GUARDED_BY(mu); by object name: the file's bytes
+
+	calls atomic.Int64 // Whole calls that handed out a file
+	pins  atomic.Int64 // files handed out and not released
+}
+
+func newFakeDisk(t *testing.T) *fakeDisk {
+	return &fakeDisk{t: t, dir: t.TempDir(), whole: map[string][]byte{}}
+}
+
+// hold makes name whole on disk with these bytes (which a test may make
+// differ from the object's, to see who reads them).
+func (d *fakeDisk) hold(name string, data []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.whole[name] = data
+}
+
+func (d *fakeDisk) forget(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.whole, name)
+}
+
+func (d *fakeDisk) backing(obj bucket.Object) (*os.File, func(), bool) {
+	d.mu.Lock()
+	data, ok := d.whole[obj.Name]
+	d.mu.Unlock()
+	if !ok {
+		return nil, nil, false
+	}
+	f, err := os.CreateTemp(d.dir, "whole")
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if !assert.NoError(d.t, err) {
+		return nil, nil, false
+	}
+	d.calls.Add(1)
+	d.pins.Add(1)
+	var once sync.Once
+	return f, func() {
+		once.Do(func() {
+			f.Close()
+			d.pins.Add(-1)
+		})
+	}, true
+}
+
+// waitUnpinned waits for the kernel's RELEASEs (sent after close(2)
+// returns) to unpin every file.
+func (d *fakeDisk) waitUnpinned(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { return d.pins.Load() == 0 }, 10*time.Second, 10*time.Millisecond,
+		"%d files still pinned after every handle was closed", d.pins.Load())
+}
+
+// countOpens wraps Config.Open to count the readers ferry opens.
+func countOpens(n *atomic.Int64) func(cfg *Config) {
+	return func(cfg *Config) {
+		open := cfg.Open
+		cfg.Open = func(obj bucket.Object) ContentReader {
+			n.Add(1)
+			return open(obj)
+		}
+	}
+}
+
+// mountPassthrough mounts b with disk as the disk cache, and skips the
+// test where the kernel grants no passthrough.
+func mountPassthrough(t *testing.T, b bucket.Bucket, disk *fakeDisk, opens *atomic.Int64) (string, *fileSystem) {
+	t.Helper()
+	dir, fsys := mount(t, b, func(cfg *Config) {
+		countOpens(opens)(cfg)
+		cfg.Backing = disk.backing
+	}, MountOptions{})
+	// ServeOps gets the connection just after the mount is up.
+	require.Eventually(t, func() bool { return fsys.conn.fc.Load() != nil }, 10*time.Second, time.Millisecond)
+	if !fsys.conn.fc.Load().Passthrough() {
+		// Where the kernel says it has passthrough, not getting it is a
+		// failure, not a reason to skip.
+		require.False(t, kernelHasPassthrough(t), "the kernel has CONFIG_FUSE_PASSTHROUGH but did not grant passthrough")
+		t.Skip("the kernel offers no FUSE passthrough (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH)")
+	}
+	return dir, fsys
+}
+
+// kernelHasPassthrough reports whether /proc/config.gz (where there is
+// one) says the kernel was built with FUSE passthrough.
+func kernelHasPassthrough(t *testing.T) bool {
+	f, err := os.Open("/proc/config.gz")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return false
+	}
+	cfg, err := io.ReadAll(z)
+	return err == nil && bytes.Contains(cfg, []byte("\nCONFIG_FUSE_PASSTHROUGH=y\n"))
+}
+
+// A file held whole is read by the kernel from the backing file: ferry
+// opens no reader, and what is read is the backing file's bytes (made to
+// differ from the object's here, which only the kernel reading that file
+// can show). Reads, preads and mmap all see them; closing every handle
+// unpins the file.
+func TestPassthroughReadsTheBackingFile(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(3<<20+17, 1)
+	b.put("d/big", data)
+	b.put("d/small", randomBytes(1000, 2))
+	disk := newFakeDisk(t)
+	onDisk := bytes.Clone(data)
+	onDisk[12345] ^= 0xff
+	disk.hold("d/big", onDisk)
+	var opens atomic.Int64
+	dir, fsys := mountPassthrough(t, b, disk, &opens)
+
+	got, err := readFile(filepath.Join(dir, "d/big"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(onDisk, got), "not the backing file's bytes")
+	assert.Zero(t, opens.Load(), "a passthrough open needs no reader")
+
+	f, err := openFile(filepath.Join(dir, "d/big"), os.O_RDONLY)
+	require.NoError(t, err)
+	p := make([]byte, 4096)
+	_, err = f.ReadAt(p, 10000)
+	require.NoError(t, err)
+	assert.Equal(t, onDisk[10000:14096], p)
+	m, err := syscall.Mmap(int(f.Fd()), 0, len(onDisk), syscall.PROT_READ, syscall.MAP_SHARED)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(onDisk, m), "mmap does not show the backing file")
+	require.NoError(t, syscall.Munmap(m))
+	require.NoError(t, f.Close())
+
+	// Not whole: through ferry, from the store.
+	got, err = readFile(filepath.Join(dir, "d/small"))
+	require.NoError(t, err)
+	assert.Equal(t, randomBytes(1000, 2), got)
+	assert.EqualValues(t, 1, opens.Load())
+
+	disk.waitUnpinned(t)
+	assert.EqualValues(t, 2, fsys.pt.opens.Load())
+	fsys.checkInvariants()
+}
+
+// The kernel keeps one I/O mode per inode: an open while another handle
+// reads through ferry goes through ferry too, even once the file is whole
+// (else the kernel would fail it with EIO); one while a passthrough
+// handle is open shares its backing file, even if the disk no longer
+// offers it.
+func TestPassthroughKeepsOneModePerInode(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(1<<20, 3)
+	b.put("f", data)
+	disk := newFakeDisk(t)
+	var opens atomic.Int64
+	dir, fsys := mountPassthrough(t, b, disk, &opens)
+	path := filepath.Join(dir, "f")
+	readAll := func(f *os.File) []byte {
+		t.Helper()
+		got, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<30))
+		require.NoError(t, err)
+		return got
+	}
+
+	// Through ferry: not whole yet.
+	f1, err := openFile(path, os.O_RDONLY)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, readAll(f1)))
+	disk.hold("f", data)
+	f2, err := openFile(path, os.O_RDONLY)
+	require.NoError(t, err, "an open while the inode is read through ferry")
+	assert.True(t, bytes.Equal(data, readAll(f2)))
+	assert.EqualValues(t, 2, opens.Load())
+	assert.Zero(t, disk.calls.Load(), "the disk is not even asked")
+	fsys.checkInvariants()
+	require.NoError(t, f1.Close())
+	require.NoError(t, f2.Close())
+
+	// Once they are released, passthrough.
+	require.Eventually(t, func() bool {
+		fsys.mu.Lock()
+		defer fsys.mu.Unlock()
+		for _, in := range fsys.inodes {
+			if in.cachedOpens != 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	f3, err := openFile(path, os.O_RDONLY)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, readAll(f3)))
+	assert.EqualValues(t, 1, disk.calls.Load())
+
+	// A second open shares the backing file, though the disk would not
+	// hand it out again.
+	disk.forget("f")
+	f4, err := openFile(path, os.O_RDONLY)
+	require.NoError(t, err, "an open while a passthrough handle is open")
+	assert.True(t, bytes.Equal(data, readAll(f4)))
+	assert.EqualValues(t, 1, disk.calls.Load())
+	assert.EqualValues(t, 2, opens.Load(), "no reader for passthrough opens")
+	assert.EqualValues(t, 2, fsys.pt.opens.Load())
+	fsys.checkInvariants()
+	require.NoError(t, f3.Close())
+	require.NoError(t, f4.Close())
+	disk.waitUnpinned(t)
+
+	// Released: no longer whole, so through ferry again.
+	got, err := readFile(path)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got))
+	assert.EqualValues(t, 3, opens.Load())
+}
+
+// Many readers opening and closing one file at once, with the disk
+// offering it or not at random: every read is right, no open fails (an
+// EIO from the kernel would mean two modes at once), and nothing stays
+// pinned.
+func TestPassthroughConcurrentOpens(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(256<<10, 4)
+	b.put("f", data)
+	disk := newFakeDisk(t)
+	var opens atomic.Int64
+	dir, fsys := mountPassthrough(t, b, disk, &opens)
+	path := filepath.Join(dir, "f")
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				if g == 0 {
+					if i%2 == 0 {
+						disk.hold("f", data)
+					} else {
+						disk.forget("f")
+					}
+				}
+				got, err := readFile(path)
+				if err != nil || !bytes.Equal(data, got) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("read: %v, or wrong bytes", err)
+	}
+	disk.waitUnpinned(t)
+	t.Logf("passthrough opens %d, readers %d", fsys.pt.opens.Load(), opens.Load())
+	assert.Positive(t, fsys.pt.opens.Load())
+	assert.Positive(t, opens.Load())
+	fsys.checkInvariants()
+}
+
+// An unversioned inode follows the store: an open that finds another
+// object than the passthrough handles still open can be served in
+// neither mode, and fails with EBUSY rather than EIO.
+func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
+	fsys := newTestFS(t, newTestBucket(), nil, nil)
+	old := bucket.Object{Name: "f", Size: 10, Updated: time.Unix(1, 0)}
+	in := &inode{id: 5, path: "f"}
+	released := 0
+	in.backing = &backing{id: 1, obj: old, release: func() { released++ }, handles: 1}
+	fsys.pt.whole = func(bucket.Object) (*os.File, func(), bool) { panic("not asked") }
+
+	b, err := fsys.openPassthrough(in, old)
+	require.NoError(t, err)
+	assert.Same(t, in.backing, b)
+	assert.Equal(t, 2, b.handles)
+
+	changed := old
+	changed.Updated = time.Unix(2, 0)
+	_, err = fsys.openPassthrough(in, changed)
+	assert.ErrorIs(t, err, syscall.EBUSY)
+	assert.Equal(t, 2, b.handles)
+	assert.Zero(t, in.cachedOpens)
+
+	fsys.releasePassthrough(in, b)
+	fsys.releasePassthrough(in, b)
+	assert.Nil(t, in.backing)
+	assert.Equal(t, 1, released)
+}
