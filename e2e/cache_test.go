@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -139,7 +140,9 @@ func TestCacheServesLaterEpochs(t *testing.T) {
 			readAll(t, m, small)
 			assert.Equal(t, reads, storeReads(t, m), "epoch 2 read from the store")
 			assert.Equal(t, served, s.bytesServed(), "epoch 2 moved bytes from the store")
-			assert.Positive(t, m.metric(t, "ferry_cache_hits_bytes_total", nil))
+			// From the disk cache: through ferry, or read by the kernel
+			// from the cache files (passthrough, TestPassthroughWarmReads).
+			assert.Positive(t, m.metric(t, "ferry_cache_hits_bytes_total", nil)+m.metric(t, "ferry_fs_passthrough_opens_total", nil))
 
 			// Restart on the same cache: metadata is fetched again, data
 			// is not.
@@ -216,6 +219,88 @@ func TestCorruptCacheBlockIsRefetched(t *testing.T) {
 	reads := storeReads(t, m2)
 	readAll(t, m2, objs)
 	assert.Equal(t, reads, storeReads(t, m2))
+}
+
+// TestPassthroughWarmReads: the second epoch of objects held whole in
+// the cache is read by the kernel from the cache files (passthrough):
+// no store read, and, with the cache check at the first open, every byte
+// right. A byte flipped in a cache file while mounted is caught at the
+// next open (the file changed since its check), never served, and
+// fetched again; the epoch after that is passthrough again. With
+// --cache-passthrough=false every read goes through ferry.
+func TestPassthroughWarmReads(t *testing.T) {
+	s := newStore(t, "gcs")
+	objs := dataset(t, s, "d", 4, 3<<20+5)
+	cacheDir := t.TempDir()
+	m := mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t))
+	readAll(t, m, objs)
+	dropCaches(t)
+	reads := storeReads(t, m)
+	readAll(t, m, objs)
+	assert.Equal(t, reads, storeReads(t, m), "epoch 2 read from the store")
+	opens := m.metric(t, "ferry_fs_passthrough_opens_total", nil)
+	if opens == 0 {
+		// The log says why (a kernel before 6.9, no CAP_SYS_ADMIN).
+		require.False(t, kernelHasPassthrough(), "no passthrough on a kernel that has it; log in %s", m.log)
+		t.Skip("the kernel offers no FUSE passthrough")
+	}
+	assert.EqualValues(t, len(objs), opens)
+	assert.EqualValues(t, len(objs), m.metric(t, "ferry_cache_whole_checks_total", nil))
+	hits := m.metric(t, "ferry_cache_hits_bytes_total", nil)
+
+	// Epoch 3: no check again, the files have not changed.
+	dropCaches(t)
+	readAll(t, m, objs)
+	assert.EqualValues(t, len(objs), m.metric(t, "ferry_cache_whole_checks_total", nil))
+	assert.Equal(t, hits, m.metric(t, "ferry_cache_hits_bytes_total", nil), "passthrough reads reached ferry")
+
+	files := cacheDataFiles(t, cacheDir)
+	require.Len(t, files, len(objs))
+	fh, err := os.OpenFile(files[0], os.O_RDWR, 0)
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = fh.ReadAt(b, 1<<20+3)
+	require.NoError(t, err)
+	b[0] ^= 0x01
+	_, err = fh.WriteAt(b, 1<<20+3)
+	require.NoError(t, err)
+	require.NoError(t, fh.Close())
+	dropCaches(t)
+	readAll(t, m, objs)
+	assert.EqualValues(t, 1, m.metric(t, "ferry_cache_corrupt_blocks_total", nil))
+	assert.Greater(t, storeReads(t, m), reads, "the flipped block is fetched again")
+
+	// Repaired: passthrough again, after one more check of that file.
+	dropCaches(t)
+	reads = storeReads(t, m)
+	opens = m.metric(t, "ferry_fs_passthrough_opens_total", nil)
+	readAll(t, m, objs)
+	assert.Equal(t, reads, storeReads(t, m))
+	assert.EqualValues(t, opens+float64(len(objs)), m.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.EqualValues(t, len(objs)+1, m.metric(t, "ferry_cache_whole_checks_total", nil))
+	m.unmount(t)
+
+	m2 := mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t), "--cache-passthrough=false")
+	readAll(t, m2, objs)
+	assert.Zero(t, m2.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.Zero(t, storeReads(t, m2))
+	assert.Positive(t, m2.metric(t, "ferry_cache_hits_bytes_total", nil))
+}
+
+// kernelHasPassthrough reports whether /proc/config.gz (where there is
+// one) says the kernel was built with FUSE passthrough.
+func kernelHasPassthrough() bool {
+	f, err := os.Open("/proc/config.gz")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return false
+	}
+	cfg, err := io.ReadAll(z)
+	return err == nil && bytes.Contains(cfg, []byte("\nCONFIG_FUSE_PASSTHROUGH=y\n"))
 }
 
 // TestCacheStaysUnderItsCap: reading 256 MiB through a 64 MiB cache keeps
