@@ -122,17 +122,22 @@ func TestConcurrentReadWriteEvict(t *testing.T) {
 				}
 				if r.IntN(8) == 0 {
 					// The whole file, as passthrough reads it.
-					if f, release, ok := s.Whole(o); ok {
+					w, ok := s.Whole(o)
+					if !ok {
+						continue
+					}
+					if w.Check() {
 						got := make([]byte, o.Size)
-						_, err := f.ReadAt(got, 0)
-						release()
+						_, err := w.File().ReadAt(got, 0)
 						if !assert.NoError(t, err) || !assert.Equal(t, blocksData(o, 0, 8, testBS), got) {
+							w.Release()
 							return
 						}
 						mu.Lock()
 						wholes++
 						mu.Unlock()
 					}
+					w.Release()
 					continue
 				}
 				want := blockData(o, idx, testBS)

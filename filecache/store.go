@@ -123,6 +123,8 @@ type hooks struct {
 	syncData func(dir *os.File) error
 	// beforeRead runs after ReadBlocks pinned its entry, before the pread.
 	beforeRead func()
+	// duringCheck runs in WholeFile.Check after each buffer it read.
+	duringCheck func()
 	// inCommit runs inside flush's index transaction (tests make it panic
 	// as bbolt does on a damaged page).
 	inCommit func()
@@ -166,12 +168,14 @@ type entry struct {
 	file     *os.File      // GUARDED_BY(Store.mu)
 	// direct is file reopened with O_DIRECT, for writes; nil until the
 	// first write (or when the volume refuses direct I/O).
-	direct     *os.File // GUARDED_BY(Store.mu)
-	pins       int      // GUARDED_BY(Store.mu); reads and writes in flight
-	writing    int      // GUARDED_BY(Store.mu); writes in flight
-	live       bool     // GUARDED_BY(Store.mu); false once evicted
-	metaDirty  bool     // GUARDED_BY(Store.mu)
-	atimeDirty bool     // GUARDED_BY(Store.mu)
+	direct *os.File // GUARDED_BY(Store.mu)
+	pins   int      // GUARDED_BY(Store.mu); reads and writes in flight, and holds
+	// holds: WholeFiles handed out (whole.go), long-lived pins.
+	holds      int  // GUARDED_BY(Store.mu)
+	writing    int  // GUARDED_BY(Store.mu); writes in flight
+	live       bool // GUARDED_BY(Store.mu); false once evicted
+	metaDirty  bool // GUARDED_BY(Store.mu)
+	atimeDirty bool // GUARDED_BY(Store.mu)
 	// verified is the data file as Whole last checked it whole: while
 	// the file shows the same stamp, it has not been written since.
 	verified fileStamp // GUARDED_BY(Store.mu)
@@ -231,8 +235,11 @@ type Store struct {
 	used        int64                // GUARDED_BY(mu)
 	reserved    int64                // GUARDED_BY(mu); space claimed by writes in flight
 	pendingFree int64                // GUARDED_BY(mu); evicted bytes not yet unlinked
-	loggedKinds map[string]bool      // GUARDED_BY(mu)
-	closed      bool                 // GUARDED_BY(mu)
+	// heldEvicted: of pendingFree, the bytes of entries a WholeFile holds
+	// (whole.go); they stay on disk until released, so they still count.
+	heldEvicted int64           // GUARDED_BY(mu)
+	loggedKinds map[string]bool // GUARDED_BY(mu)
+	closed      bool            // GUARDED_BY(mu)
 
 	// noDirect: the volume refused O_DIRECT (tmpfs before Linux 6.6,
 	// some FUSE and network file systems); write through the page cache.
@@ -997,15 +1004,18 @@ func (s *Store) makeRoomLocked(need int64, keep *entry, avail int64) ([]*entry, 
 	// --cache-size above what the volume has left, a full disk would
 	// otherwise fail every write (and index commit) with ENOSPC while
 	// nothing is evicted.
+	// Files handed out whole (whole.go) are read for as long as they are
+	// held: they are not evicted (that would free nothing), and if
+	// evicted all the same (Drop) they count until released.
 	fit := func(n int64) bool {
-		return s.used+s.reserved+n <= s.limit &&
-			avail+s.pendingFree-s.reserved-n >= s.minFree
+		return s.used+s.heldEvicted+s.reserved+n <= s.limit &&
+			avail+s.pendingFree-s.heldEvicted-s.reserved-n >= s.minFree
 	}
 	var victims []*entry
 	for el := s.lru.Back(); el != nil && !fit(need); {
 		e := el.Value.(*entry)
 		el = el.Prev()
-		if e == keep {
+		if e == keep || e.holds > 0 {
 			continue
 		}
 		if v := s.evictLocked(e); v != nil {
@@ -1035,6 +1045,9 @@ func (s *Store) evictLocked(e *entry) *entry {
 	s.deleting[e.key] = &deletion{}
 	s.used -= e.bytes
 	s.pendingFree += e.bytes
+	if e.holds > 0 {
+		s.heldEvicted += e.bytes
+	}
 	s.evictions.Add(1)
 	if e.pins == 0 {
 		return e

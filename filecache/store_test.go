@@ -689,9 +689,13 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
 	readOK(t, s, o, 0)
 	s.ReadBlock(obj("none", testBS), 0, make([]byte, testBS))
+	w, ok := s.Whole(o)
+	require.True(t, ok)
+	require.True(t, w.Check())
+	w.Release()
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 10, n)
+	assert.Equal(t, 12, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ferry_cache_hits_bytes_total Bytes served from the local cache.
 # TYPE ferry_cache_hits_bytes_total counter
@@ -711,8 +715,15 @@ ferry_cache_misses_bytes_total 4096
 # HELP ferry_cache_limit_bytes Cache size limit.
 # TYPE ferry_cache_limit_bytes gauge
 ferry_cache_limit_bytes 32768
+# HELP ferry_cache_whole_checks_total Cached files read whole and checked against their CRC32Cs before the kernel reads them directly (passthrough): once per file per mount, and again after the file changed.
+# TYPE ferry_cache_whole_checks_total counter
+ferry_cache_whole_checks_total 1
+# HELP ferry_cache_whole_checked_bytes_total Bytes of those checks.
+# TYPE ferry_cache_whole_checked_bytes_total counter
+ferry_cache_whole_checked_bytes_total 8192
 `), "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes",
-		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_written_bytes_total"))
+		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_written_bytes_total",
+		"ferry_cache_whole_checks_total", "ferry_cache_whole_checked_bytes_total"))
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, problems)

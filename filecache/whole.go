@@ -3,7 +3,6 @@ package filecache
 import (
 	"hash/crc32"
 	"os"
-	"slices"
 	"sync"
 	"syscall"
 
@@ -11,8 +10,8 @@ import (
 )
 
 // fileStamp identifies a data file and its last change: any write to it
-// (through the file system, by anyone) moves its ctime, which no one can
-// set back. The zero stamp is "never checked".
+// through the file system moves its ctime, which no one can set back.
+// The zero stamp is "never checked".
 type fileStamp struct {
 	dev, ino     uint64
 	size         int64
@@ -27,87 +26,126 @@ func stampOf(f *os.File) (fileStamp, error) {
 	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
 }
 
-// wholeBufs are Whole's read buffers: 256 KiB, so that the bytes the CRC
+// wholeBufs are Check's read buffers: 256 KiB, so that the bytes the CRC
 // reads are still in the CPU's cache from the copy (a larger buffer made
 // every opened 128 KiB file touch megabytes of fresh memory).
 var wholeBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
-// Whole is for handing an object's data file to someone who reads it
-// without the store (the kernel, through FUSE passthrough): it returns
-// the file if every block of obj is cached and checked, and a release
-// that must be called once the file is no longer read. Until then the
-// entry is pinned: an eviction waits to unlink the file, and the blocks
-// are not rewritten (they are all present). The caller must not close
-// the file; it may be shared.
-//
-// Every block is checked against its CRC32C the first time, and again
-// whenever the file has changed since (its stamp: inode, size, mtime and
-// ctime); a block that fails is dropped, counted and logged as ReadBlocks
-// does, and ok is false. What this cannot see is a change below the file
-// system (a disk that silently returns other bytes than it was given for
-// a file no one wrote to): those bytes would be read unchecked until the
-// next process's first check. ReadBlocks checks every read instead.
-func (s *Store) Whole(obj *bucket.Object) (f *os.File, release func(), ok bool) {
+// WholeFile is the data file of an object held whole, handed out by Whole
+// for someone who reads it without the store (the kernel, through FUSE
+// passthrough). Until Release the entry is pinned and held: eviction
+// passes it by, and if it is evicted all the same (Drop), its file stays,
+// and its bytes count against the cache's limits, until Release.
+type WholeFile struct {
+	s    *Store
+	e    *entry
+	f    *os.File
+	obj  bucket.Object
+	once sync.Once
+}
+
+// Whole returns obj's data file if every block of obj is cached. The
+// bytes are not checked yet: Check does that. Its caller must call
+// Release once.
+func (s *Store) Whole(obj *bucket.Object) (*WholeFile, bool) {
 	if obj == nil || obj.Size == 0 {
-		return nil, nil, false
+		return nil, false
 	}
 	s.mu.Lock()
 	e := s.lookupLocked(obj)
 	if s.closed || e == nil || e.present.count() != e.nblocks {
 		s.mu.Unlock()
-		return nil, nil, false
+		return nil, false
 	}
 	e.pins++
+	e.holds++
 	s.touchLocked(e)
+	s.mu.Unlock()
+	w := &WholeFile{s: s, e: e, obj: *obj}
+	f, err := s.fileFor(e, false)
+	if err != nil {
+		w.Release()
+		return nil, false
+	}
+	w.f = f
+	return w, true
+}
+
+// File is the data file. The caller must not close it.
+func (w *WholeFile) File() *os.File { return w.f }
+
+// Check reports whether the file holds exactly the object's bytes. It
+// reads the file and checks every block's CRC32C the first time the
+// process asks, and again whenever the file changed since (its stamp:
+// inode, size, mtime, ctime); otherwise it only looks at the stamp. A
+// block that fails is dropped, counted and logged as ReadBlocks does.
+// Check also marks the entry recently used.
+//
+// What it cannot see is a change below the file system (a disk that
+// returns other bytes than it was given, for a file no one wrote to),
+// nor, on kernels without fine-grained timestamps (before 6.13, or file
+// systems without them), a write in the same clock tick as the change
+// before it: ReadBlocks checks every read instead.
+func (w *WholeFile) Check() bool {
+	s, e := w.s, w.e
+	s.mu.Lock()
+	if e.live {
+		s.touchLocked(e)
+	}
 	verified := e.verified
 	s.mu.Unlock()
-	release = func() {
+	before, err := stampOf(w.f)
+	if err != nil {
+		return false
+	}
+	if before == verified {
+		return true
+	}
+	// A file cut short is checked too, so that its lost blocks are
+	// dropped now; a longer one (appended to behind our back) may hold
+	// good blocks, but the kernel would read past the object's end.
+	if !s.checkWhole(e, w.f, &w.obj) || before.size != int64(w.obj.Size) {
+		return false
+	}
+	after, err := stampOf(w.f)
+	if err != nil || after != before { // written while we read it
+		return false
+	}
+	s.wholeChecks.Add(1)
+	s.wholeCheckedBytes.Add(int64(w.obj.Size))
+	s.mu.Lock()
+	e.verified = before
+	s.mu.Unlock()
+	return true
+}
+
+// Release gives the file back; an evicted entry's file is unlinked now.
+func (w *WholeFile) Release() {
+	w.once.Do(func() {
+		s, e := w.s, w.e
 		s.mu.Lock()
+		if e.holds--; e.holds == 0 && !e.live {
+			s.heldEvicted -= e.bytes
+		}
 		finish := s.unpinLocked(e)
 		s.mu.Unlock()
 		if finish {
 			s.finishEvictions([]*entry{e})
 		}
-	}
-	f, err := s.fileFor(e, false)
-	if err != nil {
-		release()
-		return nil, nil, false
-	}
-	before, err := stampOf(f)
-	if err != nil {
-		release()
-		return nil, nil, false
-	}
-	if before == verified {
-		return f, release, true
-	}
-	// A file cut short is checked too, so that its lost blocks are
-	// dropped now; a longer one (appended to behind our back) may hold
-	// good blocks, but the kernel would read past the object's end.
-	if !s.checkWhole(e, f, obj) || before.size != int64(obj.Size) {
-		release()
-		return nil, nil, false
-	}
-	after, err := stampOf(f)
-	if err != nil || after != before { // written while we read it
-		release()
-		return nil, nil, false
-	}
-	s.wholeChecks.Add(1)
-	s.wholeCheckedBytes.Add(int64(obj.Size))
-	s.mu.Lock()
-	e.verified = before
-	s.mu.Unlock()
-	return f, release, true
+	})
 }
 
-// checkWhole reads every block of e (pinned, all present) from f and
-// checks its CRC; blocks that fail are dropped.
+// checkWhole reads every block of e (pinned) from f and checks its CRC;
+// blocks that fail are dropped.
 func (s *Store) checkWhole(e *entry, f *os.File, obj *bucket.Object) bool {
 	s.mu.Lock()
-	want := slices.Clone(e.crcs)
+	want := make([]uint32, e.nblocks)
+	copy(want, e.crcs)
+	present := e.present.count() == e.nblocks
 	s.mu.Unlock()
+	if !present { // a block was dropped since Whole
+		return false
+	}
 	bp := wholeBufs.Get().(*[]byte)
 	defer wholeBufs.Put(bp)
 	buf := *bp
@@ -134,6 +172,9 @@ func (s *Store) checkWhole(e *entry, f *os.File, obj *bucket.Object) bool {
 				bad = append(bad, idx)
 			}
 			break
+		}
+		if s.hooks.duringCheck != nil {
+			s.hooks.duringCheck()
 		}
 	}
 	if len(bad) == 0 {

@@ -12,17 +12,20 @@ import (
 	"ferry/bucket"
 )
 
-// wholeOK calls Whole and, if it hands out the file, checks every byte of
-// it and releases it. Returns whether it did.
+// wholeOK calls Whole and Check and, if the file passes, compares every
+// byte of it; then releases it. Returns whether it passed.
 func wholeOK(t *testing.T, s *Store, o *bucket.Object) bool {
 	t.Helper()
-	f, release, ok := s.Whole(o)
+	w, ok := s.Whole(o)
 	if !ok {
-		assert.Nil(t, f)
+		assert.Nil(t, w)
 		return false
 	}
-	defer release()
-	got, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<40))
+	defer w.Release()
+	if !w.Check() {
+		return false
+	}
+	got, err := io.ReadAll(io.NewSectionReader(w.File(), 0, 1<<40))
 	require.NoError(t, err)
 	require.Equal(t, blocksData(o, 0, numBlocks(o.Size, testBS), testBS), got, "Whole(%s) handed out other bytes", o.Name)
 	return true
@@ -129,32 +132,67 @@ func TestWholeRefusesATruncatedFile(t *testing.T) {
 	assert.True(t, readOK(t, s, p, 1))
 }
 
-// The file handed out stays until released, even if its entry is
-// evicted meanwhile; then it goes.
-func TestWholePinsTheFileAgainstEviction(t *testing.T) {
+// A file handed out is read for as long as it is held: eviction passes
+// it by (the cache stays within its limit by storing less), and if it is
+// dropped all the same, its file stays, and counts against the limit,
+// until released.
+func TestWholeHoldsTheFileAgainstEviction(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir, MaxSize: 5 * testBS}, hooks{})
+	s := openT(t, Config{Dir: dir, MaxSize: 6 * testBS}, hooks{})
 	a, b := obj("a", 4*testBS), obj("b", 4*testBS)
 	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
 	aPath := s.pathFor(s.keyFor(a))
-	f, release, ok := s.Whole(a)
+	w, ok := s.Whole(a)
 	require.True(t, ok)
+	require.True(t, w.Check())
 
-	// Fill the cache with b: a, the least recently used, must go.
-	require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
-	require.False(t, s.HasBlock(a, 0))
+	// b does not push a out: only 2 of its blocks fit beside it.
+	assert.Equal(t, 2, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
+	assert.True(t, s.HasBlock(a, 0), "a held file was evicted")
+	assert.LessOrEqual(t, du(t, dir), int64(6*testBS))
+
+	// Dropped while held: the file stays, and still counts.
+	n, _ := s.Drop(func(name string) bool { return name == "a" })
+	require.Equal(t, 1, n)
+	assert.False(t, s.HasBlock(a, 0))
 	_, err := os.Stat(aPath)
-	require.NoError(t, err, "a file handed out is not unlinked")
+	require.NoError(t, err, "a held file is not unlinked")
 	got := make([]byte, 4*testBS)
-	_, err = f.ReadAt(got, 0)
+	_, err = w.File().ReadAt(got, 0)
 	require.NoError(t, err)
 	assert.Equal(t, blocksData(a, 0, 4, testBS), got)
+	assert.True(t, w.Check(), "the held file's bytes are still right")
+	assert.Zero(t, s.WriteBlocks(b, 2, blocksData(b, 2, 2, testBS)), "the dropped file still takes its room")
+	assert.LessOrEqual(t, du(t, dir), int64(6*testBS))
 
-	release()
+	w.Release()
+	w.Release() // once only
 	_, err = os.Stat(aPath)
 	assert.ErrorIs(t, err, os.ErrNotExist, "unlinked once released")
+	assert.Equal(t, 2, s.WriteBlocks(b, 2, blocksData(b, 2, 2, testBS)), "its room is free once released")
 	assert.False(t, wholeOK(t, s, a))
 	require.NoError(t, s.flush())
 	s.checkInvariants(t)
 	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
+}
+
+// A file written while Check reads it is not passed, even if the bytes
+// already read were changed (their CRCs were right when read).
+func TestWholeWrittenDuringTheCheck(t *testing.T) {
+	var s *Store
+	o := obj("o", 200*testBS) // several check buffers
+	h := hooks{}
+	h.duringCheck = func() {
+		s.hooks.duringCheck = nil
+		corruptAt(t, s, o, 5) // in the first buffer, read already
+	}
+	s = openT(t, Config{Dir: t.TempDir(), MaxSize: 1 << 20}, h)
+	require.Equal(t, 200, s.WriteBlocks(o, 0, blocksData(o, 0, 200, testBS)))
+	w, ok := s.Whole(o)
+	require.True(t, ok)
+	assert.False(t, w.Check())
+	w.Release()
+	assert.False(t, wholeOK(t, s, o), "the next check finds the bad block")
+	assert.False(t, s.HasBlock(o, 0))
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
 }
