@@ -303,9 +303,14 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	if cfg.ReadAheadFiles {
 		openAhead = func(obj bucket.Object) fs.ContentReader { return fetcher.OpenAhead(obj) }
 	}
-	var backing func(obj bucket.Object) (*os.File, func(), bool)
+	var backing func(obj bucket.Object) (fs.BackingFile, bool)
 	if fileStore != nil && cfg.CachePassthrough {
-		backing = func(obj bucket.Object) (*os.File, func(), bool) { return fileStore.Whole(&obj) }
+		backing = func(obj bucket.Object) (fs.BackingFile, bool) {
+			if w, ok := fileStore.Whole(&obj); ok {
+				return w, true
+			}
+			return nil, false
+		}
 	}
 	mfs, err := fs.Mount(serveCtx, cfg.MountPoint, fs.Config{
 		Bucket:    b,

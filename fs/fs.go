@@ -86,12 +86,22 @@ type Config struct {
 	// Control, when set, is bound to the file system by Mount, for
 	// invalidating its caches at run time (control.go).
 	Control *Control
-	// Backing, when set, is asked at each open whether obj is held whole
-	// on local disk: if so it returns the file, checked, and a release
-	// (filecache.Store.Whole), and the open is passthrough, read by the
-	// kernel from that file (passthrough.go). nil reads every file
-	// through Open's reader.
-	Backing func(obj bucket.Object) (f *os.File, release func(), ok bool)
+	// Backing, when set, is asked at opens whether obj is held whole on
+	// local disk (filecache.Store.Whole): if so, and its bytes pass their
+	// check, the open is passthrough, read by the kernel from that file
+	// (passthrough.go). nil reads every file through Open's reader.
+	Backing func(obj bucket.Object) (BackingFile, bool)
+}
+
+// BackingFile is an object's bytes in a local file (filecache.WholeFile).
+type BackingFile interface {
+	// File is the file; the caller does not close it.
+	File() *os.File
+	// Check reports whether the file holds exactly the object's bytes
+	// (cheap when it has not changed since the last Check).
+	Check() bool
+	// Release gives the file back; it is called once.
+	Release()
 }
 
 // forever is what a -1 TTL tells the kernel: fuse has no "never expires".
@@ -124,6 +134,7 @@ type fileSystem struct {
 	fileMode, dirMode os.FileMode
 	pageSize          int
 	mountTime         time.Time
+	ptMaxSize         uint64 // GUARDED_BY(mu); passthroughMaxSize but in tests
 
 	// Mutable state with its own synchronisation
 	pt           ptState
@@ -246,6 +257,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		nextHandle:  1,
 	}
 	fs.pt.whole = cfg.Backing
+	fs.ptMaxSize = passthroughMaxSize
 	fs.prefetch = newDirPrefetcher(fs)
 	fs.ahead = newAheader(fs, cfg.OpenAhead, cfg.AheadBytes)
 	// The kernel holds one implicit reference to the root.
@@ -820,7 +832,7 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	}
 	h := &fileHandle{obj: obj, in: in}
 	if fs.passthroughGranted() {
-		b, err := fs.openPassthrough(in, obj)
+		b, err := fs.openPassthrough(in, obj, op.OpenFlags&syscall.O_DIRECT != 0)
 		if err != nil {
 			return err
 		}
@@ -829,8 +841,9 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	ahead := fs.ahead.open(in.path, obj)
 	switch {
 	case h.backing != nil:
-		// A reader opened ahead for this file is not needed: handed
-		// back, as if this open had been a probe.
+		// A reader opened ahead for this file is not needed. (release
+		// uncharges it; it never keeps it while this open holds the
+		// path.)
 		if ahead != nil && !fs.ahead.release(ahead) {
 			ahead.r.Close()
 		}

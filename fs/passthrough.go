@@ -1,7 +1,10 @@
 package fs
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -31,21 +34,36 @@ import (
 //
 // Passthrough needs Linux 6.9 or later with CONFIG_FUSE_PASSTHROUGH (the
 // kernel grants it in FUSE_INIT) and CAP_SYS_ADMIN to register a backing
-// file; without either, every open is read through ferry, as before.
+// file, on a file system it can stack on (not overlayfs: one level of
+// stacking); without them, every open is read through ferry, as before.
+//
+// The bytes are checked before the kernel reads them: BackingFile.Check
+// at the first passthrough open of a file in the mount reads it whole,
+// and at every later open (also one that shares a backing file already
+// registered) looks at its stamp and checks it again if it changed. An
+// open whose shared backing file fails fails with EIO: the kernel allows
+// no other mode beside the handles still open on it.
+
+// passthroughMaxSize bounds the files opened with passthrough: the first
+// open of one reads it whole for its check, before the open returns
+// (about 60-155 ms for 256 MiB on the development machine), so a reader
+// of a 100 GB file's header would wait for all of it. Larger files are
+// read through ferry.
+const passthroughMaxSize = 1 << 30
 
 // backing is an inode's registered backing file, shared by its
 // passthrough handles.
 type backing struct {
 	id      int32
 	obj     bucket.Object
-	release func() // the disk cache's pin (filecache.Store.Whole)
-	handles int    // GUARDED_BY(fileSystem.mu)
+	file    BackingFile // held until the last handle is released
+	handles int         // GUARDED_BY(fileSystem.mu)
 }
 
 // ptState is the mount's passthrough state.
 type ptState struct {
 	// whole is Config.Backing; nil turns passthrough off.
-	whole func(obj bucket.Object) (f *os.File, release func(), ok bool)
+	whole func(obj bucket.Object) (BackingFile, bool)
 	// off: the kernel or the process cannot do it (logged once).
 	off    atomic.Bool
 	opens  atomic.Uint64 // passthrough opens, for the metric and tests
@@ -62,8 +80,11 @@ func (fs *fileSystem) passthroughGranted() bool {
 // openPassthrough chooses how the handle being opened on in (for obj) is
 // read. It returns the backing file to open it on, or nil to read it
 // through ferry; either way the handle is counted, and must be uncounted
-// by releasePassthrough. Only called when the kernel granted passthrough.
-func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object) (*backing, error) {
+// by releasePassthrough. direct is an O_DIRECT open, which the kernel
+// would pass on to the cache file (whose alignment rules the reader does
+// not know): it goes through ferry unless it must share a backing file.
+// Only called when the kernel granted passthrough.
+func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool) (*backing, error) {
 	in.ptMu.Lock()
 	defer in.ptMu.Unlock()
 	fs.mu.Lock()
@@ -71,6 +92,13 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object) (*backing, e
 	case b != nil && sameObject(b.obj, obj):
 		b.handles++
 		fs.mu.Unlock()
+		if !b.file.Check() {
+			// Changed since its check, and bad: the handles open on it
+			// read what they read, but no new one.
+			fs.releasePassthrough(in, b)
+			fs.log.Error("fs: a cache file open with passthrough failed its check; the open fails until its handles are closed", "path", in.path)
+			return nil, syscall.EIO
+		}
 		fs.pt.opens.Add(1)
 		return b, nil
 	case b != nil:
@@ -80,7 +108,7 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object) (*backing, e
 		fs.mu.Unlock()
 		fs.log.Warn("fs: cannot open a new version of a file while the old one is open from the disk cache; try again once it is closed", "path", in.path)
 		return nil, syscall.EBUSY
-	case in.cachedOpens > 0 || fs.pt.off.Load():
+	case in.cachedOpens > 0 || fs.pt.off.Load() || direct || obj.Size > fs.ptMaxSize:
 		in.cachedOpens++
 		fs.mu.Unlock()
 		return nil, nil
@@ -100,17 +128,20 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object) (*backing, e
 }
 
 // newBacking registers obj's cache file with the kernel, or returns nil
-// if it is not whole on disk or cannot be registered.
+// if it is not whole on disk, fails its check or cannot be registered.
+// It registers before it checks: a kernel that refuses costs no read.
 func (fs *fileSystem) newBacking(obj bucket.Object) *backing {
-	f, release, ok := fs.pt.whole(obj)
+	file, ok := fs.pt.whole(obj)
 	if !ok {
 		return nil
 	}
-	id, err := fs.conn.fc.Load().BackingOpen(int(f.Fd()))
+	c := fs.conn.fc.Load()
+	id, err := c.BackingOpen(int(file.File().Fd()))
 	if err != nil {
-		release()
-		if errors.Is(err, syscall.EPERM) {
-			// Needs CAP_SYS_ADMIN: it will not come.
+		file.Release()
+		if !errors.Is(err, syscall.ENOMEM) {
+			// EPERM (no CAP_SYS_ADMIN), ELOOP (a cache on overlayfs),
+			// EINVAL, EOPNOTSUPP: the next file would fare no better.
 			fs.pt.off.Store(true)
 		}
 		fs.pt.logged.Do(func() {
@@ -118,7 +149,12 @@ func (fs *fileSystem) newBacking(obj bucket.Object) *backing {
 		})
 		return nil
 	}
-	return &backing{id: id, obj: obj, release: release, handles: 1}
+	if !file.Check() {
+		c.BackingClose(id)
+		file.Release()
+		return nil
+	}
+	return &backing{id: id, obj: obj, file: file, handles: 1}
 }
 
 // releasePassthrough uncounts a released handle of in: b is its backing,
@@ -150,7 +186,7 @@ func (fs *fileSystem) dropBacking(b *backing) {
 			fs.log.Debug("fs: cannot unregister a passthrough file", "id", b.id, "err", err)
 		}
 	}
-	b.release()
+	b.file.Release()
 }
 
 // logPassthrough says once, when the connection starts, whether the
@@ -159,5 +195,30 @@ func (fs *fileSystem) logPassthrough(c *fuse.Connection) {
 	if fs.pt.whole == nil || c.Passthrough() {
 		return
 	}
-	fs.log.Info("fs: the kernel offers no FUSE passthrough (Linux 6.9 or later, CONFIG_FUSE_PASSTHROUGH); reads of cached files go through ferry")
+	why := "Linux 6.9 or later, built with CONFIG_FUSE_PASSTHROUGH"
+	if built, known := KernelBuiltWithPassthrough(); known && built {
+		why = "the kernel was built with CONFIG_FUSE_PASSTHROUGH but did not grant it: a bug, please report it"
+	} else if known {
+		why = "the kernel was built without CONFIG_FUSE_PASSTHROUGH"
+	}
+	fs.log.Info("fs: the kernel offers no FUSE passthrough; reads of cached files go through ferry", "why", why)
+}
+
+// KernelBuiltWithPassthrough reads /proc/config.gz, where there is one:
+// built reports CONFIG_FUSE_PASSTHROUGH=y, known that the file was read.
+func KernelBuiltWithPassthrough() (built, known bool) {
+	f, err := os.Open("/proc/config.gz")
+	if err != nil {
+		return false, false
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return false, false
+	}
+	cfg, err := io.ReadAll(z)
+	if err != nil {
+		return false, false
+	}
+	return bytes.Contains(cfg, []byte("\nCONFIG_FUSE_PASSTHROUGH=y\n")), true
 }

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"bytes"
-	"compress/gzip"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,8 +26,10 @@ type fakeDisk struct {
 	mu    sync.Mutex
 	whole map[string][]byte // GUARDED_BY(mu); by object name: the file's bytes
 
-	calls atomic.Int64 // Whole calls that handed out a file
-	pins  atomic.Int64 // files handed out and not released
+	calls  atomic.Int64 // Whole calls that handed out a file
+	pins   atomic.Int64 // files handed out and not released
+	checks atomic.Int64 // Check calls
+	bad    atomic.Bool  // Check fails
 }
 
 func newFakeDisk(t *testing.T) *fakeDisk {
@@ -49,29 +50,42 @@ func (d *fakeDisk) forget(name string) {
 	delete(d.whole, name)
 }
 
-func (d *fakeDisk) backing(obj bucket.Object) (*os.File, func(), bool) {
+// fakeFile is a file fakeDisk handed out.
+type fakeFile struct {
+	d    *fakeDisk
+	f    *os.File
+	once sync.Once
+}
+
+func (f *fakeFile) File() *os.File { return f.f }
+func (f *fakeFile) Check() bool {
+	f.d.checks.Add(1)
+	return !f.d.bad.Load()
+}
+func (f *fakeFile) Release() {
+	f.once.Do(func() {
+		f.f.Close()
+		f.d.pins.Add(-1)
+	})
+}
+
+func (d *fakeDisk) backing(obj bucket.Object) (BackingFile, bool) {
 	d.mu.Lock()
 	data, ok := d.whole[obj.Name]
 	d.mu.Unlock()
 	if !ok {
-		return nil, nil, false
+		return nil, false
 	}
 	f, err := os.CreateTemp(d.dir, "whole")
 	if err == nil {
 		_, err = f.Write(data)
 	}
 	if !assert.NoError(d.t, err) {
-		return nil, nil, false
+		return nil, false
 	}
 	d.calls.Add(1)
 	d.pins.Add(1)
-	var once sync.Once
-	return f, func() {
-		once.Do(func() {
-			f.Close()
-			d.pins.Add(-1)
-		})
-	}, true
+	return &fakeFile{d: d, f: f}, true
 }
 
 // waitUnpinned waits for the kernel's RELEASEs (sent after close(2)
@@ -106,26 +120,11 @@ func mountPassthrough(t *testing.T, b bucket.Bucket, disk *fakeDisk, opens *atom
 	if !fsys.conn.fc.Load().Passthrough() {
 		// Where the kernel says it has passthrough, not getting it is a
 		// failure, not a reason to skip.
-		require.False(t, kernelHasPassthrough(t), "the kernel has CONFIG_FUSE_PASSTHROUGH but did not grant passthrough")
+		built, _ := KernelBuiltWithPassthrough()
+		require.False(t, built, "the kernel has CONFIG_FUSE_PASSTHROUGH but did not grant passthrough")
 		t.Skip("the kernel offers no FUSE passthrough (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH)")
 	}
 	return dir, fsys
-}
-
-// kernelHasPassthrough reports whether /proc/config.gz (where there is
-// one) says the kernel was built with FUSE passthrough.
-func kernelHasPassthrough(t *testing.T) bool {
-	f, err := os.Open("/proc/config.gz")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		return false
-	}
-	cfg, err := io.ReadAll(z)
-	return err == nil && bytes.Contains(cfg, []byte("\nCONFIG_FUSE_PASSTHROUGH=y\n"))
 }
 
 // A file held whole is read by the kernel from the backing file: ferry
@@ -244,10 +243,22 @@ func TestPassthroughKeepsOneModePerInode(t *testing.T) {
 	assert.EqualValues(t, 3, opens.Load())
 }
 
-// Many readers opening and closing one file at once, with the disk
-// offering it or not at random: every read is right, no open fails (an
-// EIO from the kernel would mean two modes at once), and nothing stays
-// pinned.
+// waitQuiet waits until the kernel has released every handle of the
+// mount (RELEASE comes after close(2) returns).
+func waitQuiet(t *testing.T, fsys *fileSystem) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		fsys.mu.Lock()
+		defer fsys.mu.Unlock()
+		return len(fsys.files) == 0
+	}, 10*time.Second, time.Millisecond)
+}
+
+// Readers opening and closing one file at once while the disk starts or
+// stops offering it: every read is right and no open fails (an EIO from
+// the kernel would mean two modes at once); each round starts quiet,
+// alternately offered and not, so both modes are seen, and the switch in
+// the middle of the round makes them meet. Nothing stays pinned.
 func TestPassthroughConcurrentOpens(t *testing.T) {
 	b := newTestBucket()
 	data := randomBytes(256<<10, 4)
@@ -256,38 +267,125 @@ func TestPassthroughConcurrentOpens(t *testing.T) {
 	var opens atomic.Int64
 	dir, fsys := mountPassthrough(t, b, disk, &opens)
 	path := filepath.Join(dir, "f")
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 40 {
-				if g == 0 {
-					if i%2 == 0 {
-						disk.hold("f", data)
-					} else {
-						disk.forget("f")
+	var failed atomic.Int64
+	for round := range 12 {
+		offered := round%2 == 1
+		if offered {
+			disk.hold("f", data)
+		} else {
+			disk.forget("f")
+		}
+		ptBefore, readersBefore := fsys.pt.opens.Load(), opens.Load()
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 6 {
+					if g == 0 && i == 3 {
+						if offered {
+							disk.forget("f")
+						} else {
+							disk.hold("f", data)
+						}
+					}
+					got, err := readFile(path)
+					if err != nil || !bytes.Equal(data, got) {
+						t.Errorf("round %d: read: %v, or wrong bytes", round, err)
+						failed.Add(1)
+						return
 					}
 				}
-				got, err := readFile(path)
-				if err != nil || !bytes.Equal(data, got) {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("read: %v, or wrong bytes", err)
+			}()
+		}
+		wg.Wait()
+		waitQuiet(t, fsys)
+		fsys.checkInvariants()
+		// The round's first opens found the disk as the round began.
+		if offered {
+			assert.Greater(t, fsys.pt.opens.Load(), ptBefore, "round %d: no passthrough open", round)
+		} else {
+			assert.Greater(t, opens.Load(), readersBefore, "round %d: no open through ferry", round)
+		}
+		if failed.Load() > 0 {
+			break
+		}
 	}
 	disk.waitUnpinned(t)
 	t.Logf("passthrough opens %d, readers %d", fsys.pt.opens.Load(), opens.Load())
-	assert.Positive(t, fsys.pt.opens.Load())
-	assert.Positive(t, opens.Load())
+}
+
+// A file changed under open passthrough handles is checked again at the
+// next open, which fails (EIO) if it is bad: the kernel allows no other
+// mode beside the open handles. Once they are closed, opens go through
+// ferry.
+func TestPassthroughSharedFileCheckedAgain(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(300<<10, 5)
+	b.put("f", data)
+	disk := newFakeDisk(t)
+	disk.hold("f", data)
+	var opens atomic.Int64
+	dir, fsys := mountPassthrough(t, b, disk, &opens)
+	path := filepath.Join(dir, "f")
+
+	f1, err := openFile(path, os.O_RDONLY)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, disk.checks.Load())
+	f2, err := openFile(path, os.O_RDONLY)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, disk.checks.Load(), "a shared backing file is checked at each open")
+	require.NoError(t, f2.Close())
+
+	disk.bad.Store(true)
+	_, err = openFile(path, os.O_RDONLY)
+	require.ErrorIs(t, err, syscall.EIO)
 	fsys.checkInvariants()
+	require.NoError(t, f1.Close())
+	disk.waitUnpinned(t)
+
+	got, err := readFile(path)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got))
+	assert.EqualValues(t, 1, opens.Load(), "read through ferry once the file fails its check")
+	disk.waitUnpinned(t)
+}
+
+// O_DIRECT opens go through ferry (the kernel would hand O_DIRECT to the
+// cache file, and unaligned reads would fail there), and so do files
+// above passthroughMaxSize, whose check would hold up the open.
+func TestPassthroughNotForDirectOrHuge(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(100<<10, 6)
+	b.put("f", data)
+	disk := newFakeDisk(t)
+	disk.hold("f", data)
+	var opens atomic.Int64
+	dir, fsys := mountPassthrough(t, b, disk, &opens)
+	path := filepath.Join(dir, "f")
+
+	f, err := openFile(path, os.O_RDONLY|syscall.O_DIRECT)
+	require.NoError(t, err)
+	p := make([]byte, 100)
+	n, err := f.ReadAt(p, 7)
+	require.NoError(t, err, "an unaligned O_DIRECT read")
+	assert.Equal(t, data[7:7+n], p[:n])
+	require.NoError(t, f.Close())
+	assert.Zero(t, fsys.pt.opens.Load())
+	assert.Zero(t, disk.calls.Load())
+
+	big := randomBytes(64, 7)
+	b.put("huge", big)
+	disk.hold("huge", big)
+	fsys.mu.Lock()
+	fsys.ptMaxSize = 32
+	fsys.mu.Unlock()
+	got, err := readFile(filepath.Join(dir, "huge"))
+	require.NoError(t, err)
+	assert.Equal(t, big, got)
+	assert.Zero(t, fsys.pt.opens.Load())
+	assert.Zero(t, disk.calls.Load())
+	waitQuiet(t, fsys)
 }
 
 // An unversioned inode follows the store: an open that finds another
@@ -295,20 +393,23 @@ func TestPassthroughConcurrentOpens(t *testing.T) {
 // neither mode, and fails with EBUSY rather than EIO.
 func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 	fsys := newTestFS(t, newTestBucket(), nil, nil)
+	disk := newFakeDisk(t)
 	old := bucket.Object{Name: "f", Size: 10, Updated: time.Unix(1, 0)}
+	disk.hold("f", make([]byte, 10))
+	file, ok := disk.backing(old)
+	require.True(t, ok)
 	in := &inode{id: 5, path: "f"}
-	released := 0
-	in.backing = &backing{id: 1, obj: old, release: func() { released++ }, handles: 1}
-	fsys.pt.whole = func(bucket.Object) (*os.File, func(), bool) { panic("not asked") }
+	in.backing = &backing{id: 1, obj: old, file: file, handles: 1}
+	fsys.pt.whole = func(bucket.Object) (BackingFile, bool) { panic("not asked") }
 
-	b, err := fsys.openPassthrough(in, old)
+	b, err := fsys.openPassthrough(in, old, false)
 	require.NoError(t, err)
 	assert.Same(t, in.backing, b)
 	assert.Equal(t, 2, b.handles)
 
 	changed := old
 	changed.Updated = time.Unix(2, 0)
-	_, err = fsys.openPassthrough(in, changed)
+	_, err = fsys.openPassthrough(in, changed, false)
 	assert.ErrorIs(t, err, syscall.EBUSY)
 	assert.Equal(t, 2, b.handles)
 	assert.Zero(t, in.cachedOpens)
@@ -316,5 +417,5 @@ func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 	fsys.releasePassthrough(in, b)
 	fsys.releasePassthrough(in, b)
 	assert.Nil(t, in.backing)
-	assert.Equal(t, 1, released)
+	assert.Zero(t, disk.pins.Load())
 }
