@@ -123,6 +123,16 @@ func openT(t *testing.T, cfg Config, h hooks) *Store {
 func (s *Store) checkInvariants(t *testing.T) {
 	t.Helper()
 	s.mu.Lock()
+	held := false
+	for _, e := range s.entries {
+		held = held || e.holds > 0
+	}
+	// Evicted entries are not in entries: with no hold on a live one,
+	// none may be held (the tests release theirs before checking).
+	if !held {
+		assert.Zero(t, s.heldEvicted, "heldEvicted with no file held")
+	}
+	assert.GreaterOrEqual(t, s.heldEvicted, int64(0))
 	var sum int64
 	var live []*entry
 	assert.Equal(t, len(s.entries), s.lru.Len(), "entries vs lru")

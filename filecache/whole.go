@@ -91,6 +91,11 @@ func (w *WholeFile) Check() bool {
 	s.mu.Lock()
 	if e.live {
 		s.touchLocked(e)
+		if e.present.count() != e.nblocks {
+			// A read through the store dropped a block as bad since.
+			s.mu.Unlock()
+			return false
+		}
 	}
 	verified := e.verified
 	s.mu.Unlock()

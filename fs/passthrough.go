@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -139,11 +140,13 @@ func (fs *fileSystem) newBacking(obj bucket.Object) *backing {
 	id, err := c.BackingOpen(int(file.File().Fd()))
 	if err != nil {
 		file.Release()
-		if !errors.Is(err, syscall.ENOMEM) {
-			// EPERM (no CAP_SYS_ADMIN), ELOOP (a cache on overlayfs),
-			// EINVAL, EOPNOTSUPP: the next file would fare no better.
-			fs.pt.off.Store(true)
+		if errors.Is(err, syscall.ENOMEM) {
+			fs.log.Debug("fs: no memory to register a cache file for passthrough; this open goes through ferry", "path", obj.Name)
+			return nil
 		}
+		// EPERM (no CAP_SYS_ADMIN), ELOOP (a cache on overlayfs),
+		// EINVAL, EOPNOTSUPP: the next file would fare no better.
+		fs.pt.off.Store(true)
 		fs.pt.logged.Do(func() {
 			fs.log.Info("fs: the kernel refused a cache file for passthrough; reads of cached files go through ferry", "err", err)
 		})
@@ -196,29 +199,58 @@ func (fs *fileSystem) logPassthrough(c *fuse.Connection) {
 		return
 	}
 	why := "Linux 6.9 or later, built with CONFIG_FUSE_PASSTHROUGH"
-	if built, known := KernelBuiltWithPassthrough(); known && built {
-		why = "the kernel was built with CONFIG_FUSE_PASSTHROUGH but did not grant it: a bug, please report it"
-	} else if known {
-		why = "the kernel was built without CONFIG_FUSE_PASSTHROUGH"
+	if expected, reason := PassthroughExpected(); expected {
+		why = "the kernel should have it (" + reason + ") but did not grant it: a bug, please report it"
+	} else {
+		why = reason
 	}
 	fs.log.Info("fs: the kernel offers no FUSE passthrough; reads of cached files go through ferry", "why", why)
 }
 
-// KernelBuiltWithPassthrough reads /proc/config.gz, where there is one:
-// built reports CONFIG_FUSE_PASSTHROUGH=y, known that the file was read.
-func KernelBuiltWithPassthrough() (built, known bool) {
-	f, err := os.Open("/proc/config.gz")
-	if err != nil {
-		return false, false
+// PassthroughExpected says whether this kernel should grant FUSE
+// passthrough, and why: it needs Linux 6.9 or later, built with
+// CONFIG_FUSE_PASSTHROUGH (read from /proc/config.gz or
+// /boot/config-RELEASE where there is one; distributions' 6.9 and later
+// kernels have it).
+func PassthroughExpected() (bool, string) {
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		return false, "cannot tell the kernel's version"
 	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		return false, false
+	var b []byte
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
 	}
-	cfg, err := io.ReadAll(z)
-	if err != nil {
-		return false, false
+	release := string(b)
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		return false, "cannot read the kernel's version " + release
 	}
-	return bytes.Contains(cfg, []byte("\nCONFIG_FUSE_PASSTHROUGH=y\n")), true
+	if major < 6 || major == 6 && minor < 9 {
+		return false, "Linux " + release + " is older than 6.9"
+	}
+	cfg, err := kernelConfig(release)
+	switch {
+	case err != nil:
+		return true, "Linux " + release + ", its build options unknown"
+	case bytes.Contains(cfg, []byte("\nCONFIG_FUSE_PASSTHROUGH=y\n")):
+		return true, "Linux " + release + " built with CONFIG_FUSE_PASSTHROUGH"
+	}
+	return false, "Linux " + release + " built without CONFIG_FUSE_PASSTHROUGH"
+}
+
+// kernelConfig reads the running kernel's build options.
+func kernelConfig(release string) ([]byte, error) {
+	if f, err := os.Open("/proc/config.gz"); err == nil {
+		defer f.Close()
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(z)
+	}
+	return os.ReadFile("/boot/config-" + release)
 }

@@ -120,9 +120,9 @@ func mountPassthrough(t *testing.T, b bucket.Bucket, disk *fakeDisk, opens *atom
 	if !fsys.conn.fc.Load().Passthrough() {
 		// Where the kernel says it has passthrough, not getting it is a
 		// failure, not a reason to skip.
-		built, _ := KernelBuiltWithPassthrough()
-		require.False(t, built, "the kernel has CONFIG_FUSE_PASSTHROUGH but did not grant passthrough")
-		t.Skip("the kernel offers no FUSE passthrough (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH)")
+		expected, why := PassthroughExpected()
+		require.False(t, expected, "the kernel did not grant passthrough: %s", why)
+		t.Skip("the kernel offers no FUSE passthrough: " + why)
 	}
 	return dir, fsys
 }
