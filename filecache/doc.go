@@ -45,9 +45,11 @@
 //
 // Whole hands out the data file of an object cached whole, for the kernel
 // to read directly (FUSE passthrough, see fs). Those reads bypass
-// ReadBlocks, so Whole checks every block's CRC first: once per process,
-// and again whenever the file's stamp (inode, size, mtime, ctime) shows
-// that something wrote to it since. The file is pinned until released.
+// ReadBlocks, so WholeFile.Check reads the file and checks every block's
+// CRC before it is first handed to the kernel in a process, and again
+// whenever the file's stamp (inode, size, mtime, ctime) shows that
+// something wrote to it since. The file is held until released: eviction
+// passes it by, and one dropped all the same counts until then.
 //
 // # What it must never do
 //

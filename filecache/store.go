@@ -96,7 +96,7 @@ type Stats struct {
 	Evictions               int64 // entries evicted (LRU, limit or floor)
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
-	WholeChecks             int64 // files Whole read and checked whole
+	WholeChecks             int64 // files WholeFile.Check read and checked whole
 	WholeCheckedBytes       int64 // their bytes
 	Entries                 int64 // object versions with a data file
 	UsedBytes               int64 // allocated bytes of all data files
@@ -176,8 +176,8 @@ type entry struct {
 	live       bool // GUARDED_BY(Store.mu); false once evicted
 	metaDirty  bool // GUARDED_BY(Store.mu)
 	atimeDirty bool // GUARDED_BY(Store.mu)
-	// verified is the data file as Whole last checked it whole: while
-	// the file shows the same stamp, it has not been written since.
+	// verified is the data file's stamp when WholeFile.Check last read
+	// it whole: while the file shows it, it has not been written since.
 	verified fileStamp // GUARDED_BY(Store.mu)
 
 	// opening serialises opening (and creating) the data file, so that

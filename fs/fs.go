@@ -908,6 +908,11 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if !ok {
 		return syscall.EBADF
 	}
+	if h.reader == nil {
+		// Passthrough: the kernel reads the backing file itself and
+		// never sends a read for such a handle.
+		return syscall.EIO
+	}
 	dst := op.Dst
 	if dst == nil {
 		// jacobsa/fuse leaves Dst nil for reads larger than its buffer.
@@ -923,11 +928,6 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 		if h.obj.Size >= aheadMinSize {
 			fs.ahead.readAt(h, op.Offset)
 		}
-	}
-	if h.reader == nil {
-		// Passthrough: the kernel reads the backing file itself and
-		// never sends a read for such a handle.
-		return syscall.EIO
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
