@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/jacobsa/fuse"
+	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
 )
@@ -213,18 +214,11 @@ func (fs *fileSystem) logPassthrough(c *fuse.Connection) {
 // /boot/config-RELEASE where there is one; distributions' 6.9 and later
 // kernels have it).
 func PassthroughExpected() (bool, string) {
-	var u syscall.Utsname
-	if err := syscall.Uname(&u); err != nil {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
 		return false, "cannot tell the kernel's version"
 	}
-	var b []byte
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	release := string(b)
+	release := unix.ByteSliceToString(u.Release[:])
 	var major, minor int
 	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
 		return false, "cannot read the kernel's version " + release
