@@ -161,6 +161,14 @@ func (s *Store) checkInvariants(t *testing.T) {
 				assert.Zero(t, e.crcs[i], "crc of an absent block")
 			}
 		}
+		if e.wantReadCheck || e.readCheck != nil {
+			assert.Equal(t, e.nblocks, e.present.count(), "a read check of a file not whole")
+		}
+		if rc := e.readCheck; rc != nil {
+			assert.True(t, e.wantReadCheck, "a read check not asked for")
+			assert.Equal(t, rc.n, rc.good.count())
+			assert.Less(t, rc.n, e.nblocks, "a read check done but not ended")
+		}
 		live = append(live, e)
 	}
 	for el := s.open.Front(); el != nil; el = el.Next() {

@@ -2,6 +2,7 @@ package filecache
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -37,7 +38,7 @@ func TestRandomOperations(t *testing.T) {
 			for step := 0; step < 300; step++ {
 				o := objs[r.IntN(len(objs))]
 				nb := numBlocks(o.Size, testBS)
-				switch op := r.IntN(10); {
+				switch op := r.IntN(11); {
 				case op < 4:
 					first := r.Int64N(nb)
 					count := r.Int64N(min(4, nb-first)) + 1
@@ -75,6 +76,18 @@ func TestRandomOperations(t *testing.T) {
 						assert.False(t, readOK(t, s, o, idx))
 						assert.False(t, s.HasBlock(o, idx))
 						written[o][idx] = false
+					}
+				case op < 10:
+					// Ask reads to check it; if they have, its bytes
+					// are the object's.
+					if w, ok := s.Whole(o); ok {
+						if w.Checked() {
+							got, err := io.ReadAll(io.NewSectionReader(w.File(), 0, int64(o.Size)))
+							require.NoError(t, err)
+							require.Equal(t, blocksData(o, 0, nb, testBS), got, "Checked, with other bytes")
+						}
+						w.CheckAsRead()
+						w.Release()
 					}
 				default:
 					require.NoError(t, s.Close())
@@ -126,7 +139,12 @@ func TestConcurrentReadWriteEvict(t *testing.T) {
 					if !ok {
 						continue
 					}
-					if w.Check() {
+					if r.IntN(2) == 0 && !w.Checked() {
+						w.CheckAsRead()
+						w.Release()
+						continue
+					}
+					if w.Checked() || w.Check() {
 						got := make([]byte, o.Size)
 						_, err := w.File().ReadAt(got, 0)
 						if !assert.NoError(t, err) || !assert.Equal(t, blocksData(o, 0, 8, testBS), got) {

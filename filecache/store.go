@@ -98,6 +98,7 @@ type Stats struct {
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
 	WholeChecks             int64 // files WholeFile.Check read and checked whole
 	WholeCheckedBytes       int64 // their bytes
+	ReadChecks              int64 // files found whole and good by reads through the store (CheckAsRead)
 	Entries                 int64 // object versions with a data file
 	UsedBytes               int64 // allocated bytes of all data files
 	LimitBytes              int64 // effective MaxSize
@@ -177,8 +178,14 @@ type entry struct {
 	metaDirty  bool // GUARDED_BY(Store.mu)
 	atimeDirty bool // GUARDED_BY(Store.mu)
 	// verified is the data file's stamp when WholeFile.Check last read
-	// it whole: while the file shows it, it has not been written since.
+	// it whole (or reads covered it, readCheck): while the file shows
+	// it, it has not been written since.
 	verified fileStamp // GUARDED_BY(Store.mu)
+	// wantReadCheck: WholeFile.CheckAsRead asked that reads through the
+	// store count toward a check of the whole file; readCheck is that
+	// count since its stamp (whole.go). Both are reset when a block goes.
+	wantReadCheck bool       // GUARDED_BY(Store.mu)
+	readCheck     *readCheck // GUARDED_BY(Store.mu)
 
 	// opening serialises opening (and creating) the data file, so that
 	// the one who creates it is the one who installs it, before anyone
@@ -249,6 +256,7 @@ type Store struct {
 	writeBlocks, writeBytes                    atomic.Int64
 	evictions, corrupt, writeErrors            atomic.Int64
 	wholeChecks, wholeCheckedBytes             atomic.Int64
+	readChecks                                 atomic.Int64
 }
 
 func validateBlockSize(bs int64) error {
@@ -680,7 +688,9 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	}
 	corrupt := make([]bool, len(ok))
 	f, err := s.fileFor(e, false)
+	var rc *readCheck
 	if err == nil {
+		rc = s.readCheckFor(e, f) // before the read: it counts toward the check
 		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
 		n, rerr := f.ReadAt(p[from:to], first*s.blockSize+from)
 		for i := lo; i <= hi; i++ {
@@ -701,6 +711,9 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 				// sector costs one refetch instead.
 				corrupt[i] = true
 			}
+		}
+		if rc != nil && !slices.Contains(corrupt, true) {
+			s.countReadCheck(e, f, rc, first, ok)
 		}
 	}
 
@@ -757,6 +770,7 @@ func (s *Store) dropLocked(e *entry, idx int64, want uint32) bool {
 	}
 	e.present.clear(idx)
 	e.crcs[idx] = 0
+	e.wantReadCheck, e.readCheck = false, nil
 	s.markDirtyLocked(e, true)
 	return true
 }
@@ -1179,6 +1193,7 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		// recreated empty: no block recorded so far is in it.
 		clear(e.present)
 		clear(e.crcs)
+		e.wantReadCheck, e.readCheck = false, nil
 		if e.bytes > 0 {
 			s.used -= e.bytes
 			e.bytes = 0
@@ -1293,7 +1308,7 @@ func (s *Store) Stats() Stats {
 		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
 		WriteErrors: s.writeErrors.Load(),
 		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
-		Entries: n, UsedBytes: used, LimitBytes: s.limit,
+		ReadChecks: s.readChecks.Load(), Entries: n, UsedBytes: used, LimitBytes: s.limit,
 	}
 }
 

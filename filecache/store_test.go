@@ -693,22 +693,26 @@ func TestMetrics(t *testing.T) {
 	require.True(t, ok)
 	require.True(t, w.Check())
 	w.Release()
+	q := obj("q", testBS)
+	require.Equal(t, 1, s.WriteBlocks(q, 0, blocksData(q, 0, 1, testBS)))
+	checkAsRead(t, s, q)
+	readOK(t, s, q, 0)
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 12, n)
+	assert.Equal(t, 13, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ferry_cache_hits_bytes_total Bytes served from the local cache.
 # TYPE ferry_cache_hits_bytes_total counter
-ferry_cache_hits_bytes_total 4096
+ferry_cache_hits_bytes_total 8192
 # HELP ferry_cache_hits_total Blocks served from the local cache.
 # TYPE ferry_cache_hits_total counter
-ferry_cache_hits_total 1
+ferry_cache_hits_total 2
 # HELP ferry_cache_misses_total Blocks asked of the local cache and not found there (absent, evicted or corrupt).
 # TYPE ferry_cache_misses_total counter
 ferry_cache_misses_total 1
 # HELP ferry_cache_written_bytes_total Bytes stored in the local cache.
 # TYPE ferry_cache_written_bytes_total counter
-ferry_cache_written_bytes_total 8192
+ferry_cache_written_bytes_total 12288
 # HELP ferry_cache_misses_bytes_total Bytes asked of the local cache and not found there.
 # TYPE ferry_cache_misses_bytes_total counter
 ferry_cache_misses_bytes_total 4096
@@ -721,9 +725,12 @@ ferry_cache_whole_checks_total 1
 # HELP ferry_cache_whole_checked_bytes_total Bytes of those checks.
 # TYPE ferry_cache_whole_checked_bytes_total counter
 ferry_cache_whole_checked_bytes_total 8192
+# HELP ferry_cache_read_checks_total Cached files too large to check at an open, found whole and good by reads through ferry that covered every block, so that later opens may be passthrough.
+# TYPE ferry_cache_read_checks_total counter
+ferry_cache_read_checks_total 1
 `), "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes",
 		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_written_bytes_total",
-		"ferry_cache_whole_checks_total", "ferry_cache_whole_checked_bytes_total"))
+		"ferry_cache_whole_checks_total", "ferry_cache_whole_checked_bytes_total", "ferry_cache_read_checks_total"))
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, problems)

@@ -198,3 +198,98 @@ func (s *Store) checkWhole(e *entry, f *os.File, obj *bucket.Object) bool {
 	}
 	return false
 }
+
+// Checked reports, without reading the file, whether it is whole and
+// unchanged since it was last found good: by Check, or by reads through
+// the store that covered every block (CheckAsRead). False means Check
+// would read it whole.
+func (w *WholeFile) Checked() bool {
+	s, e := w.s, w.e
+	s.mu.Lock()
+	ok := e.live && e.present.count() == e.nblocks
+	verified := e.verified
+	s.mu.Unlock()
+	if !ok || verified == (fileStamp{}) {
+		return false
+	}
+	st, err := stampOf(w.f)
+	return err == nil && st == verified
+}
+
+// CheckAsRead asks that the reads of the object through the store count
+// toward a check of the whole file: once they have found every block
+// good, with the file unchanged from before the first of them to after
+// the last, the file counts as checked (Checked, and Check without
+// reading it). For files too large to read whole at an open: a reader
+// of the whole file checks it at no cost. It lasts until the check is
+// done, the file changes, or a block is dropped.
+func (w *WholeFile) CheckAsRead() {
+	s, e := w.s, w.e
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.live && e.present.count() == e.nblocks {
+		e.wantReadCheck = true
+	}
+}
+
+// readCheck counts the blocks that reads through the store found good
+// since the data file showed stamp (taken before any of those reads).
+type readCheck struct {
+	stamp fileStamp
+	good  bitmap
+	n     int64
+}
+
+// readCheckFor returns e's read check for a read of f (e pinned, f its
+// data file) about to start, starting one if it is wanted, or nil.
+func (s *Store) readCheckFor(e *entry, f *os.File) *readCheck {
+	s.mu.Lock()
+	want, rc := e.wantReadCheck, e.readCheck
+	s.mu.Unlock()
+	if !want || rc != nil {
+		return rc
+	}
+	st, err := stampOf(f)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.wantReadCheck && e.readCheck == nil {
+		e.readCheck = &readCheck{stamp: st, good: newBitmap(e.nblocks)}
+	}
+	return e.readCheck
+}
+
+// countReadCheck adds the blocks of a read (first, first+1, ...; ok for
+// those found good) to rc. When every block is counted, the file is
+// checked if it still shows the stamp taken before the first of them.
+func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64, ok []bool) {
+	s.mu.Lock()
+	if e.readCheck != rc {
+		s.mu.Unlock()
+		return
+	}
+	for i, good := range ok {
+		if idx := first + int64(i); good && !rc.good.get(idx) {
+			rc.good.set(idx)
+			rc.n++
+		}
+	}
+	done := rc.n == e.nblocks
+	if done {
+		e.readCheck = nil
+	}
+	s.mu.Unlock()
+	if !done {
+		return
+	}
+	st, err := stampOf(f)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || st != rc.stamp || !e.live || e.present.count() != e.nblocks {
+		return // changed meanwhile: counted again from the next read, if still wanted
+	}
+	e.verified, e.wantReadCheck = st, false
+	s.readChecks.Add(1)
+}

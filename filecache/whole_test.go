@@ -1,8 +1,11 @@
 package filecache
 
 import (
+	"bytes"
 	"io"
+	"math/rand/v2"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,4 +233,148 @@ func TestWholeWrittenDuringTheCheck(t *testing.T) {
 	assert.False(t, wholeOK(t, s, o), "the next check finds the bad block")
 	assert.False(t, s.HasBlock(o, 0))
 	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+}
+
+// checkAsRead hands o out, asks for its reads to check it, and gives it
+// back; it returns whether o was Checked before.
+func checkAsRead(t *testing.T, s *Store, o *bucket.Object) bool {
+	t.Helper()
+	w, ok := s.Whole(o)
+	require.True(t, ok)
+	defer w.Release()
+	checked := w.Checked()
+	w.CheckAsRead()
+	return checked
+}
+
+// isChecked reports Checked of o, handed out whole.
+func isChecked(t *testing.T, s *Store, o *bucket.Object) bool {
+	t.Helper()
+	w, ok := s.Whole(o)
+	if !ok {
+		return false
+	}
+	defer w.Release()
+	return w.Checked()
+}
+
+// Reads through the store that cover a file asked to be checked by
+// them (in runs and single blocks, in any order, some twice) leave it
+// Checked: the next Check reads nothing. Reads before the request do
+// not count, nor do they without one.
+func TestCheckAsRead(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 6*testBS+10)
+	require.Equal(t, 7, s.WriteBlocks(o, 0, blocksData(o, 0, 7, testBS)))
+	for i := range int64(7) {
+		require.True(t, readOK(t, s, o, i))
+	}
+	assert.False(t, isChecked(t, s, o), "read whole, but not asked to count")
+
+	assert.False(t, checkAsRead(t, s, o))
+	p := make([]byte, 4*testBS)
+	ok := make([]bool, 4)
+	require.Equal(t, 4, s.ReadBlocks(o, 2, p, ok))
+	require.True(t, readOK(t, s, o, 6))
+	require.True(t, readOK(t, s, o, 2))
+	require.True(t, readOK(t, s, o, 0))
+	assert.False(t, isChecked(t, s, o), "block 1 not read yet")
+	require.True(t, readOK(t, s, o, 1))
+	assert.True(t, isChecked(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().ReadChecks)
+
+	require.True(t, wholeOK(t, s, o))
+	assert.Zero(t, s.Stats().WholeChecks, "Check read nothing")
+	s.checkInvariants(t)
+
+	// A new process knows nothing of it.
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: s.root}, hooks{})
+	assert.False(t, isChecked(t, s, o))
+}
+
+// A file written to while its reads check it is not Checked when they
+// are done (the write came after some of them), even if the write put
+// the same byte back; reads covering it again, unchanged, check it.
+func TestCheckAsReadSeesAWriteBetweenReads(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 4*testBS)
+	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+	checkAsRead(t, s, o)
+	require.True(t, readOK(t, s, o, 0))
+	require.True(t, readOK(t, s, o, 1))
+	// A kernel without fine-grained timestamps (before 6.13) moves the
+	// ctime only at its next clock tick.
+	time.Sleep(20 * time.Millisecond)
+	corruptAt(t, s, o, 7)
+	corruptAt(t, s, o, 7) // the same byte back
+	require.True(t, readOK(t, s, o, 2))
+	require.True(t, readOK(t, s, o, 3))
+	assert.False(t, isChecked(t, s, o))
+	assert.Zero(t, s.Stats().ReadChecks)
+
+	for i := range int64(4) {
+		require.True(t, readOK(t, s, o, i))
+	}
+	assert.True(t, isChecked(t, s, o), "read whole again since the write")
+	assert.EqualValues(t, 1, s.Stats().ReadChecks)
+	s.checkInvariants(t)
+}
+
+// A bad block found by the reads ends the check: the block is dropped,
+// the file is no longer whole, and once it is whole again its reads
+// count only if asked again.
+func TestCheckAsReadEndsAtABadBlock(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 4*testBS)
+	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
+	checkAsRead(t, s, o)
+	require.True(t, readOK(t, s, o, 0))
+	corruptAt(t, s, o, 2*testBS+1)
+	assert.False(t, readOK(t, s, o, 2))
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+	require.Equal(t, 1, s.WriteBlocks(o, 2, blocksData(o, 2, 1, testBS)))
+	for range 2 {
+		for i := range int64(4) {
+			require.True(t, readOK(t, s, o, i))
+		}
+	}
+	assert.False(t, isChecked(t, s, o))
+
+	checkAsRead(t, s, o)
+	for i := range int64(4) {
+		require.True(t, readOK(t, s, o, i))
+	}
+	assert.True(t, isChecked(t, s, o))
+	s.checkInvariants(t)
+}
+
+// Readers at once, each reading blocks in its own order: the file ends
+// up Checked, once (run with -race).
+func TestCheckAsReadConcurrentReaders(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	const n = 64
+	o := obj("o", n*testBS)
+	require.Equal(t, n, s.WriteBlocks(o, 0, blocksData(o, 0, n, testBS)))
+	checkAsRead(t, s, o)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			for _, i := range rng.Perm(n) {
+				p := make([]byte, 2*testBS)
+				ok := make([]bool, 2)
+				k := min(int64(i), n-2)
+				if s.ReadBlocks(o, k, p, ok) != 2 || !bytes.Equal(p, blocksData(o, k, 2, testBS)) {
+					t.Errorf("read of blocks %d, %d failed", k, k+1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.True(t, isChecked(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().ReadChecks)
+	s.checkInvariants(t)
 }
