@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -287,6 +288,59 @@ func TestPassthroughWarmReads(t *testing.T) {
 	assert.Zero(t, m2.metric(t, "ferry_fs_passthrough_opens_total", nil))
 	assert.Zero(t, storeReads(t, m2))
 	assert.Positive(t, m2.metric(t, "ferry_cache_hits_bytes_total", nil))
+}
+
+// TestPassthroughLargeFileAfterReadCheck: a file too large to check at an
+// open (over 1 GiB) is read through ferry, whose reads check it as they
+// go; the epoch after one that read it whole is passthrough, with no
+// check read at all.
+func TestPassthroughLargeFileAfterReadCheck(t *testing.T) {
+	s := newStore(t, "file")
+	// Sparse, with random bytes here and there: holes read fast, and the
+	// cache stores every byte.
+	src := filepath.Join(strings.TrimPrefix(s.url, "file://"), "big.bin")
+	f, err := os.Create(src)
+	require.NoError(t, err)
+	const size = 1<<30 + 3<<20 + 17
+	require.NoError(t, f.Truncate(size))
+	for i, off := range []int64{0, 300 << 20, 1<<30 - 5, size - 1<<20} {
+		_, err := f.WriteAt(content(fmt.Sprint("big", i), 1<<20), off)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Close())
+	want := sumFile(t, src)
+
+	m := mount(t, s, "--cache-dir", t.TempDir(), "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t))
+	path := filepath.Join(m.dir, "big.bin")
+	require.Equal(t, want, sumFile(t, path), "epoch 1")
+	dropCaches(t)
+	require.Equal(t, want, sumFile(t, path), "epoch 2")
+	if m.metric(t, "ferry_cache_read_checks_total", nil) == 0 {
+		expected, why := ferryfs.PassthroughExpected()
+		require.False(t, expected, "epoch 2 did not check the file (%s); log in %s", why, m.log)
+		t.Skip("the kernel offers no FUSE passthrough: " + why)
+	}
+	assert.Zero(t, m.metric(t, "ferry_fs_passthrough_opens_total", nil), "a large file unchecked at its open")
+	reads, hits := storeReads(t, m), m.metric(t, "ferry_cache_hits_bytes_total", nil)
+
+	dropCaches(t)
+	require.Equal(t, want, sumFile(t, path), "epoch 3")
+	assert.EqualValues(t, 1, m.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.Zero(t, m.metric(t, "ferry_cache_whole_checks_total", nil), "checked again at the open")
+	assert.Equal(t, hits, m.metric(t, "ferry_cache_hits_bytes_total", nil), "passthrough reads reached ferry")
+	assert.Equal(t, reads, storeReads(t, m))
+}
+
+// sumFile is the SHA-256 of a file's bytes, read in 1 MiB pieces.
+func sumFile(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	h := sha256.New()
+	_, err = io.CopyBuffer(h, f, make([]byte, 1<<20))
+	require.NoError(t, err)
+	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
 // TestCacheStaysUnderItsCap: reading 256 MiB through a 64 MiB cache keeps

@@ -100,6 +100,13 @@ type BackingFile interface {
 	// Check reports whether the file holds exactly the object's bytes
 	// (cheap when it has not changed since the last Check).
 	Check() bool
+	// Checked reports, without reading the file, whether Check would
+	// be cheap: the file was found good and has not changed since.
+	Checked() bool
+	// CheckAsRead asks that reads of the object through ferry count
+	// toward a check: once they have covered the whole file, unchanged,
+	// it is Checked.
+	CheckAsRead()
 	// Release gives the file back; it is called once.
 	Release()
 }

@@ -44,13 +44,17 @@ import (
 // and at every later open (also one that shares a backing file already
 // registered) looks at its stamp and checks it again if it changed. An
 // open whose shared backing file fails fails with EIO: the kernel allows
-// no other mode beside the handles still open on it.
+// no other mode beside the handles still open on it. A file too large to
+// read at an open (passthroughMaxSize) is checked by the reads through
+// ferry instead, and is passthrough from the open after they covered it.
 
-// passthroughMaxSize bounds the files opened with passthrough: the first
-// open of one reads it whole for its check, before the open returns
-// (about 60-155 ms for 256 MiB on the development machine), so a reader
-// of a 100 GB file's header would wait for all of it. Larger files are
-// read through ferry.
+// passthroughMaxSize bounds the files checked at an open: the first open
+// of one reads it whole for its check, before the open returns (about
+// 60-155 ms for 256 MiB on the development machine), so a reader of a
+// 100 GB file's header would wait for all of it. A larger file is read
+// through ferry until reads through ferry have covered all of it (every
+// read is checked block by block; BackingFile.CheckAsRead): after such an
+// epoch, its next open is passthrough with no read at all.
 const passthroughMaxSize = 1 << 30
 
 // backing is an inode's registered backing file, shared by its
@@ -94,6 +98,8 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 	case b != nil && sameObject(b.obj, obj):
 		b.handles++
 		fs.mu.Unlock()
+		// Cheap unless the file changed since; then even a large one is
+		// read whole here, the only way left to serve this open.
 		if !b.file.Check() {
 			// Changed since its check, and bad: the handles open on it
 			// read what they read, but no new one.
@@ -110,14 +116,15 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 		fs.mu.Unlock()
 		fs.log.Warn("fs: cannot open a new version of a file while the old one is open from the disk cache; try again once it is closed", "path", in.path)
 		return nil, syscall.EBUSY
-	case in.cachedOpens > 0 || fs.pt.off.Load() || direct || obj.Size > fs.ptMaxSize:
+	case in.cachedOpens > 0 || fs.pt.off.Load() || direct:
 		in.cachedOpens++
 		fs.mu.Unlock()
 		return nil, nil
 	}
+	large := obj.Size > fs.ptMaxSize
 	fs.mu.Unlock()
 
-	b := fs.newBacking(obj)
+	b := fs.newBacking(obj, large)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if b == nil {
@@ -132,9 +139,16 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 // newBacking registers obj's cache file with the kernel, or returns nil
 // if it is not whole on disk, fails its check or cannot be registered.
 // It registers before it checks: a kernel that refuses costs no read.
-func (fs *fileSystem) newBacking(obj bucket.Object) *backing {
+// A large file (above passthroughMaxSize) is registered only if it is
+// checked already; otherwise the reads of this open check it.
+func (fs *fileSystem) newBacking(obj bucket.Object, large bool) *backing {
 	file, ok := fs.pt.whole(obj)
 	if !ok {
+		return nil
+	}
+	if large && !file.Checked() {
+		file.CheckAsRead()
+		file.Release()
 		return nil
 	}
 	c := fs.conn.fc.Load()

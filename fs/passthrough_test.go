@@ -26,10 +26,12 @@ type fakeDisk struct {
 	mu    sync.Mutex
 	whole map[string][]byte // GUARDED_BY(mu); by object name: the file's bytes
 
-	calls  atomic.Int64 // Whole calls that handed out a file
-	pins   atomic.Int64 // files handed out and not released
-	checks atomic.Int64 // Check calls
-	bad    atomic.Bool  // Check fails
+	calls   atomic.Int64 // Whole calls that handed out a file
+	pins    atomic.Int64 // files handed out and not released
+	checks  atomic.Int64 // Check calls
+	bad     atomic.Bool  // Check fails
+	checked atomic.Bool  // Checked reports true
+	asRead  atomic.Int64 // CheckAsRead calls
 }
 
 func newFakeDisk(t *testing.T) *fakeDisk {
@@ -62,6 +64,8 @@ func (f *fakeFile) Check() bool {
 	f.d.checks.Add(1)
 	return !f.d.bad.Load()
 }
+func (f *fakeFile) Checked() bool { return f.d.checked.Load() }
+func (f *fakeFile) CheckAsRead()  { f.d.asRead.Add(1) }
 func (f *fakeFile) Release() {
 	f.once.Do(func() {
 		f.f.Close()
@@ -353,7 +357,8 @@ func TestPassthroughSharedFileCheckedAgain(t *testing.T) {
 
 // O_DIRECT opens go through ferry (the kernel would hand O_DIRECT to the
 // cache file, and unaligned reads would fail there), and so do files
-// above passthroughMaxSize, whose check would hold up the open.
+// above passthroughMaxSize, whose check would hold up the open, until
+// reads through ferry have checked them.
 func TestPassthroughNotForDirectOrHuge(t *testing.T) {
 	b := newTestBucket()
 	data := randomBytes(100<<10, 6)
@@ -384,7 +389,18 @@ func TestPassthroughNotForDirectOrHuge(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, big, got)
 	assert.Zero(t, fsys.pt.opens.Load())
-	assert.Zero(t, disk.calls.Load())
+	assert.Zero(t, disk.checks.Load(), "a huge file is not read whole at an open")
+	assert.EqualValues(t, 1, disk.asRead.Load(), "its reads through ferry are to check it")
+	waitQuiet(t, fsys)
+
+	// Once its reads have checked it, it is passthrough like any other.
+	disk.checked.Store(true)
+	f, err = openFile(filepath.Join(dir, "huge"), os.O_RDONLY)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, fsys.pt.opens.Load())
+	assert.EqualValues(t, 1, disk.asRead.Load())
+	require.NoError(t, f.Close())
+	disk.waitUnpinned(t)
 	waitQuiet(t, fsys)
 }
 
