@@ -676,6 +676,9 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	}
 	e.pins++
 	s.touchLocked(e)
+	// A read check running (or asked for) counts this read; taken before
+	// the read, as its stamp was.
+	wantCheck, rc := e.wantReadCheck, e.readCheck
 	s.mu.Unlock()
 
 	if s.hooks.beforeRead != nil {
@@ -688,9 +691,10 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	}
 	corrupt := make([]bool, len(ok))
 	f, err := s.fileFor(e, false)
-	var rc *readCheck
 	if err == nil {
-		rc = s.readCheckFor(e, f) // before the read: it counts toward the check
+		if wantCheck && rc == nil {
+			rc = s.startReadCheck(e, f)
+		}
 		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
 		n, rerr := f.ReadAt(p[from:to], first*s.blockSize+from)
 		for i := lo; i <= hi; i++ {

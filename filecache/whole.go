@@ -240,15 +240,10 @@ type readCheck struct {
 	n     int64
 }
 
-// readCheckFor returns e's read check for a read of f (e pinned, f its
-// data file) about to start, starting one if it is wanted, or nil.
-func (s *Store) readCheckFor(e *entry, f *os.File) *readCheck {
-	s.mu.Lock()
-	want, rc := e.wantReadCheck, e.readCheck
-	s.mu.Unlock()
-	if !want || rc != nil {
-		return rc
-	}
+// startReadCheck starts e's read check, wanted, for a read of f (e
+// pinned, f its data file) about to start: it returns the check the read
+// counts toward, or nil.
+func (s *Store) startReadCheck(e *entry, f *os.File) *readCheck {
 	st, err := stampOf(f)
 	if err != nil {
 		return nil
