@@ -122,8 +122,9 @@ type hooks struct {
 	maxOpen int
 	// syncData flushes written data before an index commit (syncfs).
 	syncData func(dir *os.File) error
-	// beforeRead runs after ReadBlocks pinned its entry, before the pread.
-	beforeRead func()
+	// beforeRead runs after ReadBlocks pinned its entry, before the pread;
+	// afterRead after the pread, before its blocks are checked.
+	beforeRead, afterRead func()
 	// duringCheck runs in WholeFile.Check after each buffer it read.
 	duringCheck func()
 	// inCommit runs inside flush's index transaction (tests make it panic
@@ -697,6 +698,9 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 		}
 		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
 		n, rerr := f.ReadAt(p[from:to], first*s.blockSize+from)
+		if s.hooks.afterRead != nil {
+			s.hooks.afterRead()
+		}
 		for i := lo; i <= hi; i++ {
 			if !wanted[i] {
 				continue

@@ -222,7 +222,8 @@ func (w *WholeFile) Checked() bool {
 // the last, the file counts as checked (Checked, and Check without
 // reading it). For files too large to read whole at an open: a reader
 // of the whole file checks it at no cost. It lasts until the check is
-// done, the file changes, or a block is dropped.
+// done or a block is dropped; a change to the file starts the count
+// over, and a file longer than the object never passes.
 func (w *WholeFile) CheckAsRead() {
 	s, e := w.s, w.e
 	s.mu.Lock()
@@ -235,9 +236,9 @@ func (w *WholeFile) CheckAsRead() {
 // readCheck counts the blocks that reads through the store found good
 // since the data file showed stamp (taken before any of those reads).
 type readCheck struct {
-	stamp fileStamp
-	good  bitmap
-	n     int64
+	stamp fileStamp // constant
+	good  bitmap    // GUARDED_BY(Store.mu); blocks found good
+	n     int64     // GUARDED_BY(Store.mu); of them
 }
 
 // startReadCheck starts e's read check, wanted, for a read of f (e
@@ -273,7 +274,8 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 	}
 	done := rc.n == e.nblocks
 	if done {
-		e.readCheck = nil
+		// No other read starts a check while this one ends.
+		e.readCheck, e.wantReadCheck = nil, false
 	}
 	s.mu.Unlock()
 	if !done {
@@ -282,9 +284,15 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 	st, err := stampOf(f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err != nil || st != rc.stamp || !e.live || e.present.count() != e.nblocks {
-		return // changed meanwhile: counted again from the next read, if still wanted
+	whole := e.live && e.present.count() == e.nblocks
+	// A longer file may hold good blocks, but the kernel would read past
+	// the object's end (as in Check).
+	if err == nil && st == rc.stamp && whole && st.size == int64(e.size) {
+		e.verified = st
+		s.readChecks.Add(1)
+		return
 	}
-	e.verified, e.wantReadCheck = st, false
-	s.readChecks.Add(1)
+	if err == nil && st != rc.stamp && whole && e.readCheck == nil {
+		e.wantReadCheck = true // changed meanwhile: counted again from the next read
+	}
 }

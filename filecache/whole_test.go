@@ -287,6 +287,15 @@ func TestCheckAsRead(t *testing.T) {
 	assert.Zero(t, s.Stats().WholeChecks, "Check read nothing")
 	s.checkInvariants(t)
 
+	// Written to since (the same byte put back): no longer Checked, and
+	// Check reads it whole again.
+	time.Sleep(20 * time.Millisecond) // a ctime tick on kernels before 6.13
+	corruptAt(t, s, o, 5)
+	corruptAt(t, s, o, 5)
+	assert.False(t, isChecked(t, s, o))
+	require.True(t, wholeOK(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().WholeChecks)
+
 	// A new process knows nothing of it.
 	require.NoError(t, s.Close())
 	s = openT(t, Config{Dir: s.root}, hooks{})
@@ -376,5 +385,49 @@ func TestCheckAsReadConcurrentReaders(t *testing.T) {
 	wg.Wait()
 	assert.True(t, isChecked(t, s, o))
 	assert.EqualValues(t, 1, s.Stats().ReadChecks)
+	s.checkInvariants(t)
+}
+
+// The stamp a read check ends with is compared with one taken before its
+// first read: a write right after a read (of the block just found good)
+// leaves the file unchecked.
+func TestCheckAsReadStampBeforeTheRead(t *testing.T) {
+	var s *Store
+	o := obj("o", 2*testBS)
+	var once sync.Once
+	s = openT(t, Config{Dir: t.TempDir()}, hooks{afterRead: func() {
+		once.Do(func() {
+			time.Sleep(20 * time.Millisecond) // a ctime tick on kernels before 6.13
+			corruptAt(t, s, o, 9)
+		})
+	}})
+	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	checkAsRead(t, s, o)
+	require.True(t, readOK(t, s, o, 0), "read before the write")
+	require.True(t, readOK(t, s, o, 1))
+	assert.False(t, isChecked(t, s, o), "block 0 changed after it was read")
+	assert.False(t, wholeOK(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+}
+
+// A data file longer than its object (appended to behind the store's
+// back) is never Checked, whatever its reads found: the kernel would
+// read past the object's end.
+func TestCheckAsReadRefusesALongerFile(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	f, err := os.OpenFile(s.pathFor(s.keyFor(o)), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write([]byte("more"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	checkAsRead(t, s, o)
+	for range 2 {
+		require.True(t, readOK(t, s, o, 0))
+		require.True(t, readOK(t, s, o, 1))
+	}
+	assert.False(t, isChecked(t, s, o))
+	assert.False(t, wholeOK(t, s, o))
 	s.checkInvariants(t)
 }
