@@ -118,7 +118,19 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 		return nil, syscall.EBUSY
 	case in.cachedOpens > 0 || fs.pt.off.Load() || direct:
 		in.cachedOpens++
+		large := obj.Size > fs.ptMaxSize && !fs.pt.off.Load()
 		fs.mu.Unlock()
+		if large {
+			// Read through ferry: its reads may check the file, so
+			// that a later open is passthrough, even where some
+			// handle of the inode is always open.
+			if file, ok := fs.pt.whole(obj); ok {
+				if !file.Checked() {
+					file.CheckAsRead()
+				}
+				file.Release()
+			}
+		}
 		return nil, nil
 	}
 	large := obj.Size > fs.ptMaxSize
@@ -167,7 +179,10 @@ func (fs *fileSystem) newBacking(obj bucket.Object, large bool) *backing {
 		})
 		return nil
 	}
-	if !file.Check() {
+	// A large file was Checked a moment ago; if it changed since, it is
+	// not read whole here either.
+	ok = large && file.Checked() || !large && file.Check()
+	if !ok {
 		c.BackingClose(id)
 		file.Release()
 		return nil
