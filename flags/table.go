@@ -203,7 +203,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "cache-passthrough", Fstab: "cache_passthrough", Kind: Bool, Default: "true", Category: catCache,
-		Usage: "an object held whole in the disk cache is read by the kernel straight from its cache file (FUSE passthrough: Linux 6.9 or later, ferry running as root), not through ferry; each such file's blocks are checked against their CRC32Cs at its first open in the mount (over 1GiB: by the reads through ferry that first cover it whole) and again at an open after the file changed, not at every read; =false sends every read through ferry, which checks each block read from disk",
+		Usage: "an object held whole in the disk cache is read by the kernel straight from its cache file (FUSE passthrough: Linux 6.9 or later, ferry running as root), not through ferry; each such file's blocks are checked against their CRC32Cs at its first open in the mount (over 1GiB: by reads through ferry covering it whole, once it is cached whole) and again at an open after the file changed, not at every read; =false sends every read through ferry, which checks each block read from disk",
 		set:   func(c *Config, s string) error { c.CachePassthrough = s == "true"; return nil }},
 
 	// Logging and metrics.
