@@ -28,6 +28,30 @@ func BenchmarkReadBlock(b *testing.B) {
 			}
 		}
 	})
+	// Reads counted toward a read check (WholeFile.CheckAsRead), asked
+	// again each time one is done: the cost of the counting and the
+	// stamps at each end.
+	b.Run("ReadBlockReadCheck", func(b *testing.B) {
+		p := make([]byte, bs)
+		b.SetBytes(bs)
+		for i := 0; b.Loop(); i++ {
+			if i%nblocks == 0 {
+				w, ok := s.Whole(o)
+				if !ok {
+					b.Fatal("not whole")
+				}
+				s.mu.Lock()
+				w.e.verified = fileStamp{}
+				s.mu.Unlock()
+				w.CheckAsRead()
+				w.Release()
+			}
+			if !s.ReadBlock(o, int64(i%nblocks), p) {
+				b.Fatal("miss")
+			}
+		}
+		b.ReportMetric(float64(s.Stats().ReadChecks), "checks")
+	})
 	b.Run("ReadBlockParallel", func(b *testing.B) {
 		b.SetBytes(bs)
 		b.RunParallel(func(pb *testing.PB) {
