@@ -296,3 +296,61 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 		e.wantReadCheck = true // changed meanwhile: counted again from the next read
 	}
 }
+
+// Unready returns what stands between obj and its next passthrough open,
+// if that is at most max bytes: the byte ranges [off, end) of the blocks
+// not cached and, while reads check it (CheckAsRead), of those they have
+// not yet found good. Reading those ranges through the store (which
+// fetches and caches what is missing, and counts what it reads) makes
+// obj whole, or checked. Nothing (nil) if obj has no entry, nothing
+// stands in the way, a read check was asked for but no read has started
+// it, or more than max bytes would be read.
+func (s *Store) Unready(obj *bucket.Object, max int64) [][2]int64 {
+	if obj == nil || obj.Size == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookupLocked(obj)
+	if s.closed || e == nil {
+		return nil
+	}
+	var ready bitmap
+	var n int64
+	switch missing := e.nblocks - e.present.count(); {
+	case missing > 0:
+		ready, n = e.present, missing
+	case e.readCheck != nil:
+		ready, n = e.readCheck.good, e.nblocks-e.readCheck.n
+	default:
+		return nil
+	}
+	if n == 0 || (n-1)*s.blockSize >= max { // the object's last block may be short
+		return nil
+	}
+	var out [][2]int64
+	size := int64(e.size)
+	for i := int64(0); i < e.nblocks; i++ {
+		if i&63 == 0 && ready[i>>6] == ^uint64(0) {
+			i += 63
+			continue
+		}
+		if ready.get(i) {
+			continue
+		}
+		off, end := i*s.blockSize, min((i+1)*s.blockSize, size)
+		if k := len(out) - 1; k >= 0 && out[k][1] == off {
+			out[k][1] = end
+		} else {
+			out = append(out, [2]int64{off, end})
+		}
+	}
+	var total int64
+	for _, r := range out {
+		total += r[1] - r[0]
+	}
+	if total > max {
+		return nil
+	}
+	return out
+}

@@ -431,3 +431,40 @@ func TestCheckAsReadRefusesALongerFile(t *testing.T) {
 	assert.False(t, wholeOK(t, s, o))
 	s.checkInvariants(t)
 }
+
+// Unready names the blocks missing, or, while reads check a whole file,
+// those not yet counted, as merged byte ranges, within a bound; reading
+// them makes the object whole, then checked.
+func TestUnready(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 9*testBS+100) // 10 blocks, the last short
+	assert.Nil(t, s.Unready(o, 1<<30), "nothing cached")
+	require.Equal(t, 7, s.WriteBlocks(o, 1, blocksData(o, 1, 7, testBS)))
+	assert.Equal(t, [][2]int64{{0, testBS}, {8 * testBS, 9*testBS + 100}}, s.Unready(o, 1<<30))
+	assert.Equal(t, [][2]int64{{0, testBS}, {8 * testBS, 9*testBS + 100}}, s.Unready(o, 2*testBS+100))
+	assert.Nil(t, s.Unready(o, 2*testBS+99), "more than max")
+	require.Equal(t, 2, s.WriteBlocks(o, 8, blocksData(o, 8, 2, testBS)))
+	require.Equal(t, 1, s.WriteBlocks(o, 0, blocksData(o, 0, 1, testBS)))
+	assert.Nil(t, s.Unready(o, 1<<30), "whole, and no check asked for")
+
+	checkAsRead(t, s, o)
+	assert.Nil(t, s.Unready(o, 1<<30), "no read has started the check")
+	require.True(t, readOK(t, s, o, 4))
+	require.True(t, readOK(t, s, o, 5))
+	assert.Equal(t, [][2]int64{{0, 4 * testBS}, {6 * testBS, 9*testBS + 100}}, s.Unready(o, 1<<30))
+	for _, r := range s.Unready(o, 1<<30) {
+		for i := r[0] / testBS; i*testBS < r[1]; i++ {
+			require.True(t, readOK(t, s, o, i))
+		}
+	}
+	assert.True(t, isChecked(t, s, o))
+	assert.Nil(t, s.Unready(o, 1<<30))
+
+	// Long runs of ready blocks are skipped a word at a time; the block
+	// just past such a word is still seen.
+	big := obj("big", 200*testBS)
+	require.Equal(t, 128, s.WriteBlocks(big, 0, blocksData(big, 0, 128, testBS)))
+	require.Equal(t, 71, s.WriteBlocks(big, 129, blocksData(big, 129, 71, testBS)))
+	assert.Equal(t, [][2]int64{{128 * testBS, 129 * testBS}}, s.Unready(big, 1<<30))
+	s.checkInvariants(t)
+}
