@@ -91,6 +91,11 @@ type Config struct {
 	// check, the open is passthrough, read by the kernel from that file
 	// (passthrough.go). nil reads every file through Open's reader.
 	Backing func(obj bucket.Object) (BackingFile, bool)
+	// Unready, when set with Backing, returns the byte ranges of obj that
+	// stand between it and its next passthrough open, if they come to at
+	// most max bytes (filecache.Store.Unready): ferry reads them when a
+	// handle read through it is released (ready.go).
+	Unready func(obj bucket.Object, max int64) [][2]int64
 }
 
 // BackingFile is an object's bytes in a local file (filecache.WholeFile).
@@ -145,6 +150,7 @@ type fileSystem struct {
 
 	// Mutable state with its own synchronisation
 	pt           ptState
+	ready        *readier
 	cache        *metaCache
 	prefetch     *dirPrefetcher
 	ahead        *aheader
@@ -264,6 +270,11 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		nextHandle:  1,
 	}
 	fs.pt.whole = cfg.Backing
+	var unready func(bucket.Object, int64) [][2]int64
+	if cfg.Backing != nil {
+		unready = cfg.Unready
+	}
+	fs.ready = newReadier(fs, unready)
 	fs.ptMaxSize = passthroughMaxSize
 	fs.prefetch = newDirPrefetcher(fs)
 	fs.ahead = newAheader(fs, cfg.OpenAhead, cfg.AheadBytes)
@@ -297,7 +308,15 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 			Name: "ferry_fs_passthrough_opens_total",
 			Help: "Opens of files held whole in the disk cache that the kernel reads from the cache file itself (FUSE passthrough): their reads never reach ferry.",
 		}, func() float64 { return float64(fs.pt.opens.Load()) })
-		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough} {
+		readied := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_passthrough_readied_total",
+			Help: "Files read through ferry whose last few bytes missing from the disk cache, or not yet checked by reads, ferry read after a handle was released (at most 1 MiB and an eighth of the file), so that a later open is passthrough.",
+		}, func() float64 { return float64(fs.ready.files.Load()) })
+		readiedBytes := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_passthrough_readied_bytes_total",
+			Help: "Bytes those reads read.",
+		}, func() float64 { return float64(fs.ready.bytes.Load()) })
+		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -962,6 +981,9 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	if h.counted {
 		fs.releasePassthrough(h.in, h.backing)
 	}
+	if h.reader != nil {
+		fs.ready.released(h.obj)
+	}
 	return nil
 }
 
@@ -983,6 +1005,7 @@ func (fs *fileSystem) SyncFS(ctx context.Context, op *fuseops.SyncFSOp) error { 
 func (fs *fileSystem) Destroy() {
 	fs.ahead.stop()
 	fs.prefetch.stop()
+	fs.ready.stop()
 	fs.mu.Lock()
 	files := fs.files
 	fs.files = make(map[fuseops.HandleID]*fileHandle)

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -444,4 +445,81 @@ func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 	fsys.releasePassthrough(in, b)
 	assert.Nil(t, in.backing)
 	assert.Zero(t, disk.pins.Load())
+}
+
+// recordingReader records the reads of one reader Config.Open made.
+type recordingReader struct {
+	ContentReader
+	mu    *sync.Mutex
+	reads *[][2]int64
+}
+
+func (r recordingReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	r.mu.Lock()
+	*r.reads = append(*r.reads, [2]int64{off, off + int64(len(p))})
+	r.mu.Unlock()
+	return r.ContentReader.ReadAt(ctx, p, off)
+}
+
+// When a handle read through ferry is released, what the disk cache says
+// stands between the file and passthrough (Config.Unready) is read then,
+// by a reader of its own, asked for at most 1 MiB and an eighth of the
+// file; a file with nothing in the way reads nothing more.
+func TestPassthroughReadiesTheRest(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(2<<20, 8)
+	b.put("f", data)
+	b.put("g", data)
+	disk := newFakeDisk(t)
+	var mu sync.Mutex
+	var readers []*[][2]int64 // the reads of each reader opened, in order
+	var asked []int64
+	unready := map[string][][2]int64{"f": {{0, 4096}, {1800 << 10, 2 << 20}}}
+	var opens atomic.Int64
+	dir, fsys := mount(t, b, func(cfg *Config) {
+		cfg.Backing = disk.backing
+		open := cfg.Open
+		cfg.Open = func(obj bucket.Object) ContentReader {
+			opens.Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			reads := new([][2]int64)
+			readers = append(readers, reads)
+			return recordingReader{open(obj), &mu, reads}
+		}
+		cfg.Unready = func(obj bucket.Object, max int64) [][2]int64 {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, max)
+			return unready[obj.Name]
+		}
+	}, MountOptions{})
+	require.Eventually(t, func() bool { return fsys.conn.fc.Load() != nil }, 10*time.Second, time.Millisecond)
+	if !fsys.conn.fc.Load().Passthrough() {
+		expected, why := PassthroughExpected()
+		require.False(t, expected, "the kernel did not grant passthrough: %s", why)
+		t.Skip("the kernel offers no FUSE passthrough: " + why)
+	}
+
+	got, err := readFile(filepath.Join(dir, "f"))
+	require.NoError(t, err)
+	require.Equal(t, data, got)
+	require.Eventually(t, func() bool { return fsys.ready.files.Load() == 1 }, 10*time.Second, time.Millisecond)
+	mu.Lock()
+	assert.Equal(t, []int64{256 << 10}, asked, "at most an eighth of 2 MiB")
+	require.Len(t, readers, 2)
+	assert.Equal(t, unready["f"], *readers[1], "the readying reader read exactly what stood in the way")
+	mu.Unlock()
+	assert.EqualValues(t, 4096+248<<10, fsys.ready.bytes.Load())
+
+	got, err = readFile(filepath.Join(dir, "g"))
+	require.NoError(t, err)
+	require.Equal(t, data, got)
+	waitQuiet(t, fsys)
+	fsys.ready.stop() // waits for any readying
+	assert.EqualValues(t, 3, opens.Load(), "nothing stood in g's way: no reader")
+	assert.EqualValues(t, 1, fsys.ready.files.Load())
+	mu.Lock()
+	assert.Len(t, asked, 2)
+	mu.Unlock()
 }
