@@ -127,6 +127,9 @@ type hooks struct {
 	beforeRead, afterRead func()
 	// duringCheck runs in WholeFile.Check after each buffer it read.
 	duringCheck func()
+	// readCheckEnding runs when a read check has counted every block,
+	// before its final stamp.
+	readCheckEnding func()
 	// inCommit runs inside flush's index transaction (tests make it panic
 	// as bbolt does on a damaged page).
 	inCommit func()

@@ -281,6 +281,9 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 	if !done {
 		return
 	}
+	if s.hooks.readCheckEnding != nil {
+		s.hooks.readCheckEnding()
+	}
 	st, err := stampOf(f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -290,6 +293,11 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 	if err == nil && st == rc.stamp && whole && st.size == int64(e.size) {
 		e.verified = st
 		s.readChecks.Add(1)
+		if e.readCheck == nil || e.readCheck.stamp == st {
+			// One asked for (CheckAsRead) and started since would
+			// count the same file again.
+			e.readCheck, e.wantReadCheck = nil, false
+		}
 		return
 	}
 	if err == nil && st != rc.stamp && whole && e.readCheck == nil {

@@ -468,3 +468,29 @@ func TestUnready(t *testing.T) {
 	assert.Equal(t, [][2]int64{{128 * testBS, 129 * testBS}}, s.Unready(big, 1<<30))
 	s.checkInvariants(t)
 }
+
+// A check asked for while another ends (its last block counted, its
+// final stamp not yet taken) does not count the file a second time.
+func TestCheckAsReadAskedWhileOneEnds(t *testing.T) {
+	var s *Store
+	o := obj("o", 3*testBS)
+	var once sync.Once
+	s = openT(t, Config{Dir: t.TempDir()}, hooks{readCheckEnding: func() {
+		once.Do(func() {
+			assert.False(t, checkAsRead(t, s, o), "not Checked yet")
+			require.True(t, readOK(t, s, o, 1))
+		})
+	}})
+	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+	checkAsRead(t, s, o)
+	for i := range int64(3) {
+		require.True(t, readOK(t, s, o, i))
+	}
+	assert.True(t, isChecked(t, s, o))
+	s.checkInvariants(t)
+	for i := range int64(3) {
+		require.True(t, readOK(t, s, o, i))
+	}
+	assert.EqualValues(t, 1, s.Stats().ReadChecks)
+	s.checkInvariants(t)
+}

@@ -184,6 +184,9 @@ func (fs *fileSystem) newBacking(obj bucket.Object, large bool) *backing {
 	ok = large && file.Checked() || !large && file.Check()
 	if !ok {
 		c.BackingClose(id)
+		if large {
+			file.CheckAsRead()
+		}
 		file.Release()
 		return nil
 	}
