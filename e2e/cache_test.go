@@ -292,8 +292,9 @@ func TestPassthroughWarmReads(t *testing.T) {
 
 // TestPassthroughLargeFileAfterReadCheck: a file too large to check at an
 // open (over 1 GiB) is read through ferry, whose reads check it as they
-// go; the epoch after one that read it whole is passthrough, with no
-// check read at all.
+// go; what the reader skipped (its first MiB here) ferry reads when the
+// handle is released, and the next epoch is passthrough, with no check
+// read at all.
 func TestPassthroughLargeFileAfterReadCheck(t *testing.T) {
 	s := newStore(t, "file")
 	// Sparse, with random bytes here and there: holes read fast, and the
@@ -314,7 +315,9 @@ func TestPassthroughLargeFileAfterReadCheck(t *testing.T) {
 	path := filepath.Join(m.dir, "big.bin")
 	require.Equal(t, want, sumFile(t, path), "epoch 1")
 	dropCaches(t)
-	require.Equal(t, want, sumFile(t, path), "epoch 2")
+	require.Equal(t, sumRange(t, src, 1<<20), sumRange(t, path, 1<<20), "epoch 2, from 1 MiB on")
+	require.Eventually(t, func() bool { return m.metric(t, "ferry_fs_passthrough_readied_total", nil) == 1 },
+		10*time.Second, 10*time.Millisecond, "the first MiB read when the handle was released")
 	if m.metric(t, "ferry_cache_read_checks_total", nil) == 0 {
 		expected, why := ferryfs.PassthroughExpected()
 		require.False(t, expected, "epoch 2 did not check the file (%s); log in %s", why, m.log)
@@ -334,13 +337,50 @@ func TestPassthroughLargeFileAfterReadCheck(t *testing.T) {
 // sumFile is the SHA-256 of a file's bytes, read in 1 MiB pieces.
 func sumFile(t *testing.T, path string) string {
 	t.Helper()
+	return sumRange(t, path, 0)
+}
+
+// sumRange is the SHA-256 of a file's bytes from off to its end.
+func sumRange(t *testing.T, path string, off int64) string {
+	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	h := sha256.New()
-	_, err = io.CopyBuffer(h, f, make([]byte, 1<<20))
+	_, err = io.CopyBuffer(h, io.NewSectionReader(f, off, 1<<62), make([]byte, 1<<20))
 	require.NoError(t, err)
 	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// TestPassthroughAfterReadyingTheRest: a reader that skips the head of a
+// file (a header it never needs) leaves it one block short of whole in
+// the disk cache; ferry fetches that block when the handle is released,
+// so the next open is passthrough.
+func TestPassthroughAfterReadyingTheRest(t *testing.T) {
+	s := newStore(t, "gcs")
+	objs := dataset(t, s, "d", 1, 6<<20+12345)
+	m := mount(t, s, "--cache-dir", t.TempDir(), "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t))
+	for name, want := range objs {
+		f, err := os.Open(filepath.Join(m.dir, name))
+		require.NoError(t, err)
+		got, err := io.ReadAll(io.NewSectionReader(f, 100<<10, 1<<62))
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		require.Equal(t, want[100<<10:], got)
+	}
+	require.Eventually(t, func() bool { return m.metric(t, "ferry_fs_passthrough_readied_total", nil) == 1 },
+		10*time.Second, 10*time.Millisecond, "log in %s", m.log)
+	assert.EqualValues(t, 64<<10, m.metric(t, "ferry_fs_passthrough_readied_bytes_total", nil), "the block before 100 KiB")
+	reads := storeReads(t, m)
+	dropCaches(t)
+	readAll(t, m, objs)
+	if m.metric(t, "ferry_fs_passthrough_opens_total", nil) == 0 {
+		expected, why := ferryfs.PassthroughExpected()
+		require.False(t, expected, "no passthrough open (%s); log in %s", why, m.log)
+		t.Skip("the kernel offers no FUSE passthrough: " + why)
+	}
+	assert.EqualValues(t, 1, m.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.Equal(t, reads, storeReads(t, m))
 }
 
 // TestCacheStaysUnderItsCap: reading 256 MiB through a 64 MiB cache keeps
