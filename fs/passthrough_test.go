@@ -35,7 +35,7 @@ type fakeDisk struct {
 	// checkedLeft: so many more Checked calls report true, then false
 	// (a file changed between two of them); 0: checked decides.
 	checkedLeft atomic.Int64
-	asRead  atomic.Int64 // CheckAsRead calls
+	asRead      atomic.Int64 // CheckAsRead calls
 }
 
 func newFakeDisk(t *testing.T) *fakeDisk {
@@ -74,7 +74,7 @@ func (f *fakeFile) Checked() bool {
 	}
 	return f.d.checked.Load()
 }
-func (f *fakeFile) CheckAsRead()  { f.d.asRead.Add(1) }
+func (f *fakeFile) CheckAsRead() { f.d.asRead.Add(1) }
 func (f *fakeFile) Release() {
 	f.once.Do(func() {
 		f.f.Close()
