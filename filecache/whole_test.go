@@ -463,9 +463,9 @@ func TestUnready(t *testing.T) {
 	// Long runs of ready blocks are skipped a word at a time; the block
 	// just past such a word is still seen.
 	big := obj("big", 200*testBS)
-	require.Equal(t, 128, s.WriteBlocks(big, 0, blocksData(big, 0, 128, testBS)))
-	require.Equal(t, 71, s.WriteBlocks(big, 129, blocksData(big, 129, 71, testBS)))
-	assert.Equal(t, [][2]int64{{128 * testBS, 129 * testBS}}, s.Unready(big, 1<<30))
+	require.Equal(t, 64, s.WriteBlocks(big, 0, blocksData(big, 0, 64, testBS)))
+	require.Equal(t, 135, s.WriteBlocks(big, 65, blocksData(big, 65, 135, testBS)))
+	assert.Equal(t, [][2]int64{{64 * testBS, 65 * testBS}}, s.Unready(big, 1<<30))
 	s.checkInvariants(t)
 }
 

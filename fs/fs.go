@@ -274,7 +274,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 	if cfg.Backing != nil {
 		unready = cfg.Unready
 	}
-	fs.ready = newReadier(fs, unready)
+	fs.ready = newReadier(cfg.Open, unready, log, now)
 	fs.ptMaxSize = passthroughMaxSize
 	fs.prefetch = newDirPrefetcher(fs)
 	fs.ahead = newAheader(fs, cfg.OpenAhead, cfg.AheadBytes)
@@ -310,11 +310,11 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		}, func() float64 { return float64(fs.pt.opens.Load()) })
 		readied := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ferry_fs_passthrough_readied_total",
-			Help: "Files read through ferry whose last few bytes missing from the disk cache, or not yet checked by reads, ferry read after a handle was released (at most 1 MiB and an eighth of the file), so that a later open is passthrough.",
+			Help: "Files made ready for passthrough by reading, after a handle was released, the few bytes missing from the disk cache or not yet checked by reads (at most 1 MiB and an eighth of the file).",
 		}, func() float64 { return float64(fs.ready.files.Load()) })
 		readiedBytes := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ferry_fs_passthrough_readied_bytes_total",
-			Help: "Bytes those reads read.",
+			Help: "Bytes read to ready files for passthrough, also by reads that did not make a file ready.",
 		}, func() float64 { return float64(fs.ready.bytes.Load()) })
 		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes} {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -804,7 +804,7 @@ type fileHandle struct {
 	backing *backing
 	in      *inode     // its mutable fields are GUARDED_BY(fileSystem.mu)
 	ahead   *aheadFile // what the reader was opened ahead as (ahead.go), or nil
-	// read is set by the handle's first read (noteRead).
+	// read is set by the handle's first read (noteRead, readier).
 	read atomic.Bool
 	// fromStart: has a large file been read at offset 0, and then in the
 	// band after aheadListAfter (startUnseen, startSeen, startListed; for
@@ -947,8 +947,9 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	if int64(len(dst)) > op.Size {
 		dst = dst[:op.Size]
 	}
+	first := !h.read.Load() && !h.read.Swap(true)
 	if fs.ahead.openAhead != nil {
-		if !h.read.Load() && !h.read.Swap(true) {
+		if first {
 			fs.noteRead(h)
 		}
 		if h.obj.Size >= aheadMinSize {
@@ -981,7 +982,7 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 	if h.counted {
 		fs.releasePassthrough(h.in, h.backing)
 	}
-	if h.reader != nil {
+	if h.reader != nil && h.read.Load() && fs.passthroughGranted() && !fs.pt.off.Load() {
 		fs.ready.released(h.obj)
 	}
 	return nil

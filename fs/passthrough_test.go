@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -480,10 +482,11 @@ func (r recordingReader) ReadAt(ctx context.Context, p []byte, off int64) (int, 
 	return r.ContentReader.ReadAt(ctx, p, off)
 }
 
-// When a handle read through ferry is released, what the disk cache says
-// stands between the file and passthrough (Config.Unready) is read then,
-// by a reader of its own, asked for at most 1 MiB and an eighth of the
-// file; a file with nothing in the way reads nothing more.
+// When a handle that read through ferry is released, what the disk cache
+// says stands between the file and passthrough (Config.Unready) is read
+// then, by a reader of its own, asked for at most 1 MiB and an eighth of
+// the file; a file with nothing in the way, or a handle that read
+// nothing, reads nothing more.
 func TestPassthroughReadiesTheRest(t *testing.T) {
 	b := newTestBucket()
 	data := randomBytes(2<<20, 8)
@@ -510,6 +513,12 @@ func TestPassthroughReadiesTheRest(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			asked = append(asked, max)
+			// Once a reader has read them, the disk cache has them.
+			for _, r := range readers {
+				if slices.Equal(*r, unready[obj.Name]) {
+					return nil
+				}
+			}
 			return unready[obj.Name]
 		}
 	}, MountOptions{})
@@ -519,13 +528,18 @@ func TestPassthroughReadiesTheRest(t *testing.T) {
 		require.False(t, expected, "the kernel did not grant passthrough: %s", why)
 		t.Skip("the kernel offers no FUSE passthrough: " + why)
 	}
+	askedLen := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(asked)
+	}
 
 	got, err := readFile(filepath.Join(dir, "f"))
 	require.NoError(t, err)
 	require.Equal(t, data, got)
 	require.Eventually(t, func() bool { return fsys.ready.files.Load() == 1 }, 10*time.Second, time.Millisecond)
 	mu.Lock()
-	assert.Equal(t, []int64{256 << 10}, asked, "at most an eighth of 2 MiB")
+	assert.Equal(t, []int64{256 << 10, 256 << 10}, asked, "at most an eighth of 2 MiB; asked again after")
 	require.Len(t, readers, 2)
 	assert.Equal(t, unready["f"], *readers[1], "the readying reader read exactly what stood in the way")
 	mu.Unlock()
@@ -534,11 +548,66 @@ func TestPassthroughReadiesTheRest(t *testing.T) {
 	got, err = readFile(filepath.Join(dir, "g"))
 	require.NoError(t, err)
 	require.Equal(t, data, got)
+	require.Eventually(t, func() bool { return askedLen() == 3 }, 10*time.Second, time.Millisecond)
+	f, err := openFile(filepath.Join(dir, "g"), os.O_RDONLY)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
 	waitQuiet(t, fsys)
 	fsys.ready.stop() // waits for any readying
-	assert.EqualValues(t, 3, opens.Load(), "nothing stood in g's way: no reader")
+	assert.EqualValues(t, 4, opens.Load(), "nothing stood in g's way: no reader")
 	assert.EqualValues(t, 1, fsys.ready.files.Load())
+	assert.Equal(t, 3, askedLen(), "a handle that read nothing asks nothing")
+}
+
+// A file readied in vain (what stood in its way still does: a full disk
+// cache, a store that fails) is not readied again at its next releases,
+// until what stands in its way changes or readyRetry has passed.
+func TestReadierTriesAgainOnlyAfterAChange(t *testing.T) {
+	b := newTestBucket()
+	b.put("f", randomBytes(1<<20, 9))
+	obj := bucket.Object{Name: "f", Size: 1 << 20, Version: "1"}
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	ranges := [][2]int64{{0, 4096}}
+	var reads []*[][2]int64
+	r := newReadier(func(o bucket.Object) ContentReader {
+		mu.Lock()
+		defer mu.Unlock()
+		rr := new([][2]int64)
+		reads = append(reads, rr)
+		return recordingReader{openDirect(b)(o), &mu, rr}
+	}, func(bucket.Object, int64) [][2]int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return ranges
+	}, slog.New(slog.DiscardHandler), func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	})
+	defer r.stop()
+	readied := func() int {
+		r.wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reads)
+	}
+	r.released(obj)
+	assert.Equal(t, 1, readied())
+	r.released(obj)
+	assert.Equal(t, 1, readied(), "the same bytes in the way, just tried")
 	mu.Lock()
-	assert.Len(t, asked, 2)
+	ranges = [][2]int64{{0, 8192}}
 	mu.Unlock()
+	r.released(obj)
+	assert.Equal(t, 2, readied(), "other bytes in the way")
+	r.released(obj)
+	assert.Equal(t, 2, readied())
+	mu.Lock()
+	now = now.Add(readyRetry)
+	mu.Unlock()
+	r.released(obj)
+	assert.Equal(t, 3, readied(), "tried long enough ago")
+	assert.Zero(t, r.files.Load(), "never made ready")
+	assert.EqualValues(t, 4096+8192+8192, r.bytes.Load())
 }
