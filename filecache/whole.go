@@ -306,14 +306,14 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 }
 
 // Unready returns what stands between obj and its next passthrough open,
-// if that is at most max bytes: the byte ranges [off, end) of the blocks
+// if that is at most limit bytes: the byte ranges [off, end) of the blocks
 // not cached and, while reads check it (CheckAsRead), of those they have
 // not yet found good. Reading those ranges through the store (which
 // fetches and caches what is missing, and counts what it reads) makes
 // obj whole, or checked. Nothing (nil) if obj has no entry, nothing
 // stands in the way, a read check was asked for but no read has started
-// it, or more than max bytes would be read.
-func (s *Store) Unready(obj *bucket.Object, max int64) [][2]int64 {
+// it, or more than limit bytes would be read.
+func (s *Store) Unready(obj *bucket.Object, limit int64) [][2]int64 {
 	if obj == nil || obj.Size == 0 {
 		return nil
 	}
@@ -333,7 +333,7 @@ func (s *Store) Unready(obj *bucket.Object, max int64) [][2]int64 {
 	default:
 		return nil
 	}
-	if n == 0 || (n-1)*s.blockSize >= max { // the object's last block may be short
+	if n == 0 || (n-1)*s.blockSize >= limit { // the object's last block may be short
 		return nil
 	}
 	var out [][2]int64
@@ -357,7 +357,7 @@ func (s *Store) Unready(obj *bucket.Object, max int64) [][2]int64 {
 	for _, r := range out {
 		total += r[1] - r[0]
 	}
-	if total > max {
+	if total > limit {
 		return nil
 	}
 	return out

@@ -93,9 +93,9 @@ type Config struct {
 	Backing func(obj bucket.Object) (BackingFile, bool)
 	// Unready, when set with Backing, returns the byte ranges of obj that
 	// stand between it and its next passthrough open, if they come to at
-	// most max bytes (filecache.Store.Unready): ferry reads them when a
+	// most limit bytes (filecache.Store.Unready): ferry reads them when a
 	// handle read through it is released (ready.go).
-	Unready func(obj bucket.Object, max int64) [][2]int64
+	Unready func(obj bucket.Object, limit int64) [][2]int64
 }
 
 // BackingFile is an object's bytes in a local file (filecache.WholeFile).

@@ -59,7 +59,7 @@ type readyTry struct {
 // readier readies files after their handles are released.
 type readier struct {
 	open    func(obj bucket.Object) ContentReader         // Config.Open
-	unready func(obj bucket.Object, max int64) [][2]int64 // Config.Unready; nil: off
+	unready func(obj bucket.Object, limit int64) [][2]int64 // Config.Unready; nil: off
 	log     *slog.Logger
 	now     func() time.Time
 	ctx     context.Context
@@ -74,7 +74,7 @@ type readier struct {
 	files, bytes atomic.Uint64 // readied (nothing stood in the way after), bytes read; for the metrics and tests
 }
 
-func newReadier(open func(obj bucket.Object) ContentReader, unready func(obj bucket.Object, max int64) [][2]int64, log *slog.Logger, now func() time.Time) *readier {
+func newReadier(open func(obj bucket.Object) ContentReader, unready func(obj bucket.Object, limit int64) [][2]int64, log *slog.Logger, now func() time.Time) *readier {
 	r := &readier{open: open, unready: unready, log: log, now: now, busy: map[readyKey]bool{}, tried: map[readyKey]readyTry{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
@@ -87,8 +87,8 @@ func (r *readier) released(obj bucket.Object) {
 	if r.unready == nil {
 		return
 	}
-	max := min(readyMaxBytes, int64(obj.Size/8))
-	ranges := r.unready(obj, max)
+	limit := min(readyMaxBytes, int64(obj.Size/8))
+	ranges := r.unready(obj, limit)
 	if len(ranges) == 0 {
 		return
 	}
@@ -114,7 +114,7 @@ func (r *readier) released(obj bucket.Object) {
 	go func() {
 		defer r.wg.Done()
 		r.read(obj, ranges)
-		if len(r.unready(obj, max)) == 0 {
+		if len(r.unready(obj, limit)) == 0 {
 			r.files.Add(1)
 		}
 		r.mu.Lock()
