@@ -111,6 +111,16 @@ func TestWholeChecksAgainAfterTheFileChanged(t *testing.T) {
 	s.checkInvariants(t)
 }
 
+// appendTo appends to o's data file behind the store's back.
+func appendTo(t *testing.T, s *Store, o *bucket.Object, more string) {
+	t.Helper()
+	f, err := os.OpenFile(s.pathFor(s.keyFor(o)), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(more)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
 // A file cut short behind the store's back is never handed out: its
 // length is the object's only when whole.
 func TestWholeRefusesATruncatedFile(t *testing.T) {
@@ -130,11 +140,7 @@ func TestWholeRefusesATruncatedFile(t *testing.T) {
 	// past the object's end), and its blocks stay.
 	p := obj("p", 2*testBS)
 	require.Equal(t, 2, s.WriteBlocks(p, 0, blocksData(p, 0, 2, testBS)))
-	f, err := os.OpenFile(s.pathFor(s.keyFor(p)), os.O_WRONLY|os.O_APPEND, 0)
-	require.NoError(t, err)
-	_, err = f.Write([]byte("more"))
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	appendTo(t, s, p, "more")
 	assert.False(t, wholeOK(t, s, p))
 	assert.True(t, readOK(t, s, p, 1))
 }
@@ -417,11 +423,7 @@ func TestCheckAsReadRefusesALongerFile(t *testing.T) {
 	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
 	o := obj("o", 2*testBS)
 	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
-	f, err := os.OpenFile(s.pathFor(s.keyFor(o)), os.O_WRONLY|os.O_APPEND, 0)
-	require.NoError(t, err)
-	_, err = f.Write([]byte("more"))
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	appendTo(t, s, o, "more")
 	checkAsRead(t, s, o)
 	for range 2 {
 		require.True(t, readOK(t, s, o, 0))

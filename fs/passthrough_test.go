@@ -130,6 +130,14 @@ func mountPassthrough(t *testing.T, b bucket.Bucket, disk *fakeDisk, opens *atom
 		countOpens(opens)(cfg)
 		cfg.Backing = disk.backing
 	}, MountOptions{})
+	requirePassthrough(t, fsys)
+	return dir, fsys
+}
+
+// requirePassthrough skips the test where the kernel grants fsys's mount
+// no passthrough, and fails it where the kernel should have.
+func requirePassthrough(t *testing.T, fsys *fileSystem) {
+	t.Helper()
 	// ServeOps gets the connection just after the mount is up.
 	require.Eventually(t, func() bool { return fsys.conn.fc.Load() != nil }, 10*time.Second, time.Millisecond)
 	if !fsys.conn.fc.Load().Passthrough() {
@@ -139,7 +147,6 @@ func mountPassthrough(t *testing.T, b bucket.Bucket, disk *fakeDisk, opens *atom
 		require.False(t, expected, "the kernel did not grant passthrough: %s", why)
 		t.Skip("the kernel offers no FUSE passthrough: " + why)
 	}
-	return dir, fsys
 }
 
 // A file held whole is read by the kernel from the backing file: ferry
@@ -522,12 +529,7 @@ func TestPassthroughReadiesTheRest(t *testing.T) {
 			return unready[obj.Name]
 		}
 	}, MountOptions{})
-	require.Eventually(t, func() bool { return fsys.conn.fc.Load() != nil }, 10*time.Second, time.Millisecond)
-	if !fsys.conn.fc.Load().Passthrough() {
-		expected, why := PassthroughExpected()
-		require.False(t, expected, "the kernel did not grant passthrough: %s", why)
-		t.Skip("the kernel offers no FUSE passthrough: " + why)
-	}
+	requirePassthrough(t, fsys)
 	askedLen := func() int {
 		mu.Lock()
 		defer mu.Unlock()

@@ -58,7 +58,7 @@ type readyTry struct {
 
 // readier readies files after their handles are released.
 type readier struct {
-	open    func(obj bucket.Object) ContentReader         // Config.Open
+	open    func(obj bucket.Object) ContentReader           // Config.Open
 	unready func(obj bucket.Object, limit int64) [][2]int64 // Config.Unready; nil: off
 	log     *slog.Logger
 	now     func() time.Time
