@@ -337,6 +337,7 @@ func (s *Store) Unready(obj *bucket.Object, limit int64) [][2]int64 {
 		return nil
 	}
 	var out [][2]int64
+	var total int64
 	size := int64(e.size)
 	for i := int64(0); i < e.nblocks; i++ {
 		if i&63 == 0 && ready[i>>6] == ^uint64(0) {
@@ -347,15 +348,12 @@ func (s *Store) Unready(obj *bucket.Object, limit int64) [][2]int64 {
 			continue
 		}
 		off, end := i*s.blockSize, min((i+1)*s.blockSize, size)
+		total += end - off
 		if k := len(out) - 1; k >= 0 && out[k][1] == off {
 			out[k][1] = end
 		} else {
 			out = append(out, [2]int64{off, end})
 		}
-	}
-	var total int64
-	for _, r := range out {
-		total += r[1] - r[0]
 	}
 	if total > limit {
 		return nil
