@@ -16,6 +16,7 @@ package fuse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -23,6 +24,7 @@ import (
 	"path"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -72,6 +74,13 @@ type Connection struct {
 
 	// passthrough: the kernel granted FUSE passthrough in Init.
 	passthrough bool
+	// directMmap: the kernel granted FUSE_DIRECT_IO_ALLOW_MMAP in Init.
+	directMmap bool
+
+	// pipes: free pipes for spliced read replies (splice_linux.go);
+	// spliced counts those replies.
+	pipes   chan *splicePipe
+	spliced atomic.Uint64
 
 	mu sync.Mutex
 
@@ -126,6 +135,7 @@ func newConnection(
 		wireLogger:  wireLogger,
 		dev:         dev,
 		cancelFuncs: make(map[uint64]func()),
+		pipes:       make(chan *splicePipe, maxFreePipes),
 	}
 
 	// Initialize.
@@ -184,6 +194,8 @@ func (c *Connection) Init() error {
 	asyncDIO := initOp.Flags&fusekernel.InitAsyncDIO > 0
 	passthrough := initOp.Flags&fusekernel.InitExt != 0 &&
 		initOp.Flags2&fusekernel.InitPassthrough != 0
+	directMmap := initOp.Flags&fusekernel.InitExt != 0 &&
+		initOp.Flags2&fusekernel.InitDirectIOAllowMmap != 0
 
 	// Respond to the init op.
 	initOp.Library = c.protocol
@@ -244,14 +256,19 @@ func (c *Connection) Init() error {
 	}
 
 	// Passthrough and the writeback cache exclude each other.
+	initOp.Flags2 = 0
 	if c.cfg.EnablePassthrough && passthrough && c.cfg.DisableWritebackCaching {
-		initOp.Flags |= fusekernel.InitExt
-		initOp.Flags2 = fusekernel.InitPassthrough
+		initOp.Flags2 |= fusekernel.InitPassthrough
 		// Backing files on a plain file system: one level of stacking.
 		initOp.MaxStackDepth = 1
 		c.passthrough = true
-	} else {
-		initOp.Flags2 = 0
+	}
+	if c.cfg.EnableDirectIOAllowMmap && directMmap {
+		initOp.Flags2 |= fusekernel.InitDirectIOAllowMmap
+		c.directMmap = true
+	}
+	if initOp.Flags2 != 0 {
+		initOp.Flags |= fusekernel.InitExt
 	}
 
 	if c.cfg.EnableReaddirplus {
@@ -612,19 +629,39 @@ func (c *Connection) Reply(ctx context.Context, opErr error) error {
 		c.errorLogger.Printf("Op 0x%08x %T] -> Error: %q", fuseID, op, opErr)
 	}
 
-	// Send the reply to the kernel, if one is required.
-	noResponse := c.kernelResponse(outMsg, inMsg.Header().Unique, op, opErr)
-
-	if !noResponse {
-		err := c.writeOutMessage(outMsg)
-		if err != nil {
-			writeErrMsg := fmt.Sprintf("writeMessage: %v %v", err, outMsg.OutHeaderBytes())
+	// A read answered from a file (ReadFileOp.SpliceFile): splice it, or
+	// else copy it.
+	spliced := false
+	if o, ok := op.(*fuseops.ReadFileOp); ok && o.SpliceFile != nil && opErr == nil {
+		sent, err := c.replySplice(fuseID, o)
+		if sent && err != nil {
+			writeErrMsg := fmt.Sprintf("writeMessage: %v (spliced read of %d bytes)", err, o.BytesRead)
 			if c.errorLogger != nil {
 				c.errorLogger.Print(writeErrMsg)
 			}
-			return fmt.Errorf(writeErrMsg)
+			return errors.New(writeErrMsg)
 		}
-		outMsg.Sglist = nil
+		spliced = sent
+		if !sent {
+			opErr = readSpliceFile(o)
+		}
+	}
+
+	// Send the reply to the kernel, if one is required.
+	if !spliced {
+		noResponse := c.kernelResponse(outMsg, inMsg.Header().Unique, op, opErr)
+
+		if !noResponse {
+			err := c.writeOutMessage(outMsg)
+			if err != nil {
+				writeErrMsg := fmt.Sprintf("writeMessage: %v %v", err, outMsg.OutHeaderBytes())
+				if c.errorLogger != nil {
+					c.errorLogger.Print(writeErrMsg)
+				}
+				return fmt.Errorf(writeErrMsg)
+			}
+			outMsg.Sglist = nil
+		}
 	}
 
 	if c.wireLogger != nil {
@@ -679,11 +716,16 @@ func (c *Connection) close() error {
 	// Posix doesn't say that close can be called concurrently with read or
 	// write, but luckily we exclude the possibility of a race by requiring the
 	// user to respond to all ops first.
+	c.closePipes()
 	return c.dev.Close()
 }
 
 // Passthrough reports whether the kernel granted FUSE passthrough.
 func (c *Connection) Passthrough() bool { return c.passthrough }
+
+// DirectIOAllowMmap reports whether the kernel lets files opened with
+// OpenFileOp.UseDirectIO be mapped (MountConfig.EnableDirectIOAllowMmap).
+func (c *Connection) DirectIOAllowMmap() bool { return c.directMmap }
 
 // BackingOpen registers the open regular file fd as a backing file and
 // returns its id, for OpenFileOp.BackingID. The kernel holds its own

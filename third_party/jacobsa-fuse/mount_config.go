@@ -200,6 +200,13 @@ type MountConfig struct {
 	// granted. Registering backing files needs CAP_SYS_ADMIN.
 	EnablePassthrough bool
 
+	// EnableDirectIOAllowMmap asks the kernel to let files opened with
+	// OpenFileOp.UseDirectIO be mapped too (FUSE_DIRECT_IO_ALLOW_MMAP,
+	// Linux 6.6 on), through the page cache; without it such a mapping
+	// fails with ENODEV. Connection.DirectIOAllowMmap says if it was
+	// granted.
+	EnableDirectIOAllowMmap bool
+
 	// Flag to enable parallel lookup and readdir operations from the
 	// kernel
 	// Ref: https://github.com/torvalds/linux/commit/5c672ab3f0ee0f78f7acad183f34db0f8781a200

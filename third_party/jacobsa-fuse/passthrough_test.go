@@ -60,12 +60,21 @@ type initOut struct {
 // returns the connection and the reply it got.
 func negotiate(t *testing.T, cfg MountConfig, req []byte) (*Connection, initOut) {
 	t.Helper()
+	c, kernel, out := connect(t, cfg, req)
+	kernel.Close()
+	return c, out
+}
+
+// connect is negotiate that also returns the fake kernel's end of the
+// connection (closed at the test's end).
+func connect(t *testing.T, cfg MountConfig, req []byte) (*Connection, *os.File, initOut) {
+	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kernel := os.NewFile(uintptr(fds[0]), "kernel")
-	defer kernel.Close()
+	t.Cleanup(func() { kernel.Close() })
 	if _, err := kernel.Write(req); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +105,7 @@ func negotiate(t *testing.T, cfg MountConfig, req []byte) (*Connection, initOut)
 		t.Fatalf("init reply is %d bytes, want %d", n, outHdrLen+64)
 	}
 	o := reply[outHdrLen:]
-	return c, initOut{
+	return c, kernel, initOut{
 		minor:         le.Uint32(o[4:]),
 		flags:         le.Uint32(o[12:]),
 		flags2:        le.Uint32(o[32:]),

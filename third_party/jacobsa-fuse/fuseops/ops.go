@@ -751,6 +751,15 @@ type ReadFileOp struct {
 	// sent to the kernel and before the buffers containing the response data are
 	// freed.
 	Callback func()
+
+	// Set by the file system instead of filling Dst or Data: the reply's
+	// BytesRead bytes are at SpliceOff in SpliceFile (a regular file).
+	// On Linux they are spliced from the file's page cache to the kernel
+	// (no copy through the file system's memory); where that cannot be
+	// done they are read and copied. The file must stay open, and its
+	// bytes unchanged, until Callback runs.
+	SpliceFile *os.File
+	SpliceOff  int64
 }
 
 // Write data to a file previously opened with CreateFile or OpenFile.

@@ -774,6 +774,11 @@ type InitFlags2 uint32
 // backing file to read and mmap directly.
 const InitPassthrough InitFlags2 = 1 << (37 - 32)
 
+// InitDirectIOAllowMmap (FUSE_DIRECT_IO_ALLOW_MMAP, 7.39): files opened
+// with OpenDirectIO may be mapped (shared mappings through the page
+// cache).
+const InitDirectIOAllowMmap InitFlags2 = 1 << (36 - 32)
+
 // OpenPassthrough (FOPEN_PASSTHROUGH): OpenOut.Padding is a backing id.
 const OpenPassthrough OpenFlags = 1 << 7
 
