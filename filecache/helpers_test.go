@@ -161,6 +161,15 @@ func (s *Store) checkInvariants(t *testing.T) {
 				assert.Zero(t, e.crcs[i], "crc of an absent block")
 			}
 		}
+		if e.checked != nil {
+			assert.NotZero(t, e.checkedStamp, "blocks checked under no stamp")
+			assert.Len(t, e.checked, len(e.present))
+			for i := int64(0); i < int64(len(e.checked))*64; i++ {
+				if e.checked.get(i) {
+					assert.True(t, e.present.get(i), "block %d checked but absent", i)
+				}
+			}
+		}
 		if e.wantReadCheck || e.readCheck != nil {
 			assert.Equal(t, e.nblocks, e.present.count(), "a read check of a file not whole")
 		}

@@ -23,7 +23,7 @@ func TestRandomOperations(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 99))
 			dir := t.TempDir()
-			cfg := Config{Dir: dir, MaxSize: 24 * testBS}
+			cfg := Config{Dir: dir, MaxSize: 24 * testBS, Splice: true}
 			h := hooks{maxOpen: 3}
 			s := openT(t, cfg, h)
 			var objs []*bucket.Object
@@ -35,7 +35,8 @@ func TestRandomOperations(t *testing.T) {
 			for _, o := range objs {
 				written[o] = map[int64]bool{}
 			}
-			for step := 0; step < 300; step++ {
+			handedOut := 0
+			for step := 0; step < 500; step++ {
 				o := objs[r.IntN(len(objs))]
 				nb := numBlocks(o.Size, testBS)
 				switch op := r.IntN(11); {
@@ -47,10 +48,31 @@ func TestRandomOperations(t *testing.T) {
 					for i := first; i < first+int64(n); i++ {
 						written[o][i] = true
 					}
-				case op < 8:
+				case op < 7:
 					idx := r.Int64N(nb)
 					if readOK(t, s, o, idx) {
 						require.True(t, written[o][idx], "a block never written was served")
+						// Now checked: part of it may be spliced.
+						off := idx*testBS + r.Int64N(min(testBS, int64(o.Size)-idx*testBS))
+						n := min(r.Int64N(testBS)+1, int64(o.Size)-off, (idx+1)*testBS-off)
+						if spliceOK(t, s, o, off, n) {
+							handedOut++
+						}
+					}
+				case op < 8:
+					// A range handed out to splice holds the object's
+					// bytes, of blocks written.
+					// Mostly within a block, as most reads are.
+					off := r.Int64N(int64(o.Size))
+					n := min(r.Int64N(testBS)+1, int64(o.Size)-off)
+					if r.IntN(4) == 0 {
+						n = r.Int64N(int64(o.Size)-off) + 1
+					}
+					if spliceOK(t, s, o, off, n) {
+						handedOut++
+						for i := off / testBS; i <= (off+n-1)/testBS; i++ {
+							require.True(t, written[o][i], "a block never written was handed out")
+						}
 					}
 				case op < 9:
 					// Corrupt one present block on disk.
@@ -89,7 +111,9 @@ func TestRandomOperations(t *testing.T) {
 						w.CheckAsRead()
 						w.Release()
 					}
-				default:
+				case r.IntN(3) == 0:
+					// Reopen (every 33 steps or so: what reads check
+					// is forgotten with it).
 					require.NoError(t, s.Close())
 					s = openT(t, cfg, h)
 				}
@@ -104,6 +128,7 @@ func TestRandomOperations(t *testing.T) {
 					}
 				}
 			}
+			t.Logf("ranges handed out to splice: %d", handedOut)
 		})
 	}
 }

@@ -86,11 +86,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer for the ferry_cache_* metrics; may be nil.
 	Registerer prometheus.Registerer
+	// Splice lets Spliceable hand out data files for blocks that passed
+	// their CRC check since the store opened (splice.go). It costs an
+	// fstat per read and per write.
+	Splice bool
 }
 
 // Stats are the store's counters since Open, and its current size.
 type Stats struct {
-	HitBlocks, HitBytes     int64 // blocks ReadBlocks filled
+	HitBlocks, HitBytes     int64 // blocks ReadBlocks filled or Spliceable handed out
 	MissBlocks, MissBytes   int64 // blocks ReadBlocks did not fill (absent, evicted or corrupt)
 	WriteBlocks, WriteBytes int64 // blocks stored
 	Evictions               int64 // entries evicted (LRU, limit or floor)
@@ -99,6 +103,8 @@ type Stats struct {
 	WholeChecks             int64 // files WholeFile.Check read and checked whole
 	WholeCheckedBytes       int64 // their bytes
 	ReadChecks              int64 // files found whole and good by reads through the store (CheckAsRead)
+	SplicedBlocks           int64 // blocks Spliceable handed out (of HitBlocks)
+	SplicedBytes            int64 // their bytes
 	Entries                 int64 // object versions with a data file
 	UsedBytes               int64 // allocated bytes of all data files
 	LimitBytes              int64 // effective MaxSize
@@ -190,6 +196,11 @@ type entry struct {
 	// count since its stamp (whole.go). Both are reset when a block goes.
 	wantReadCheck bool       // GUARDED_BY(Store.mu)
 	readCheck     *readCheck // GUARDED_BY(Store.mu)
+	// checked: the blocks read from the data file and found good since
+	// the store opened, while the file showed checkedStamp (splice.go);
+	// nil if none.
+	checked      bitmap    // GUARDED_BY(Store.mu)
+	checkedStamp fileStamp // GUARDED_BY(Store.mu)
 
 	// opening serialises opening (and creating) the data file, so that
 	// the one who creates it is the one who installs it, before anyone
@@ -261,6 +272,9 @@ type Store struct {
 	evictions, corrupt, writeErrors            atomic.Int64
 	wholeChecks, wholeCheckedBytes             atomic.Int64
 	readChecks                                 atomic.Int64
+	splicedBlocks, splicedBytes                atomic.Int64
+
+	splice bool // Config.Splice
 }
 
 func validateBlockSize(bs int64) error {
@@ -341,6 +355,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 		dirty:       map[string]*entry{},
 		deleted:     map[string]struct{}{},
 		loggedKinds: map[string]bool{},
+		splice:      cfg.Splice,
 	}
 	// Nothing is created below v1 before v1 is known to be ours.
 	if err := os.MkdirAll(root, 0o700); err != nil {
@@ -694,10 +709,17 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 		hi--
 	}
 	corrupt := make([]bool, len(ok))
+	var stamp fileStamp
+	stampErr := error(errNoStamp)
 	f, err := s.fileFor(e, false)
 	if err == nil {
 		if wantCheck && rc == nil {
 			rc = s.startReadCheck(e, f)
+		}
+		if s.splice {
+			// Before the read, as for the read check: a change after
+			// it moves the stamp, and the blocks are checked again.
+			stamp, stampErr = stampOf(f)
 		}
 		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
 		n, rerr := f.ReadAt(p[from:to], first*s.blockSize+from)
@@ -735,6 +757,9 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 		if corrupt[i] && s.dropLocked(e, first+int64(i), want[i]) {
 			dropped++
 		}
+	}
+	if stampErr == nil {
+		s.markCheckedLocked(e, stamp, first, ok, want)
 	}
 	// The data file is gone (cache dir deleted?) or cannot be opened
 	// (its mode changed, an I/O error): forget the entry, so that its
@@ -782,6 +807,9 @@ func (s *Store) dropLocked(e *entry, idx int64, want uint32) bool {
 	e.present.clear(idx)
 	e.crcs[idx] = 0
 	e.wantReadCheck, e.readCheck = false, nil
+	if e.checked != nil {
+		e.checked.clear(idx)
+	}
 	s.markDirtyLocked(e, true)
 	return true
 }
@@ -913,17 +941,24 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 		off += lens[i]
 	}
 	stored, alloc := 0, int64(-1)
+	var before, after fileStamp
+	stamped := false
 	f, err := s.fileFor(e, true)
 	if err == nil {
+		var berr error
+		if s.splice {
+			before, berr = stampOf(f)
+		}
 		var n int
 		n, err = s.writeData(e, f, p[:total], first*s.blockSize)
 		// Blocks wholly written before a failure are good.
 		for off := int64(0); stored < k && off+lens[stored] <= int64(n); stored++ {
 			off += lens[stored]
 		}
-		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) == nil {
+		var st syscall.Stat_t
+		if syscall.Fstat(int(f.Fd()), &st) == nil {
 			alloc = st.Blocks * 512
+			after, stamped = stampFrom(&st), s.splice && berr == nil
 		}
 	}
 	if err != nil {
@@ -934,6 +969,7 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	s.mu.Lock()
 	s.reserved -= need
 	e.writing--
+	s.wroteLocked(e, before, after, stamped)
 	if e.live {
 		for i := 0; i < stored; i++ {
 			e.present.set(first + int64(i))
@@ -1205,6 +1241,7 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		clear(e.present)
 		clear(e.crcs)
 		e.wantReadCheck, e.readCheck = false, nil
+		e.checked, e.checkedStamp = nil, fileStamp{}
 		if e.bytes > 0 {
 			s.used -= e.bytes
 			e.bytes = 0
@@ -1319,7 +1356,9 @@ func (s *Store) Stats() Stats {
 		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
 		WriteErrors: s.writeErrors.Load(),
 		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
-		ReadChecks: s.readChecks.Load(), Entries: n, UsedBytes: used, LimitBytes: s.limit,
+		ReadChecks:    s.readChecks.Load(),
+		SplicedBlocks: s.splicedBlocks.Load(), SplicedBytes: s.splicedBytes.Load(),
+		Entries: n, UsedBytes: used, LimitBytes: s.limit,
 	}
 }
 

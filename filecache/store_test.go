@@ -684,10 +684,11 @@ func TestENOSPC(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := openT(t, Config{Dir: t.TempDir(), MaxSize: 8 * testBS, Registerer: reg}, hooks{})
+	s := openT(t, Config{Dir: t.TempDir(), MaxSize: 8 * testBS, Registerer: reg, Splice: true}, hooks{})
 	o := obj("o", 2*testBS)
 	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
 	readOK(t, s, o, 0)
+	require.True(t, spliceOK(t, s, o, 10, 20))
 	s.ReadBlock(obj("none", testBS), 0, make([]byte, testBS))
 	w, ok := s.Whole(o)
 	require.True(t, ok)
@@ -699,14 +700,14 @@ func TestMetrics(t *testing.T) {
 	readOK(t, s, q, 0)
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 13, n)
+	assert.Equal(t, 14, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ferry_cache_hits_bytes_total Bytes served from the local cache.
 # TYPE ferry_cache_hits_bytes_total counter
-ferry_cache_hits_bytes_total 8192
+ferry_cache_hits_bytes_total 12288
 # HELP ferry_cache_hits_total Blocks served from the local cache.
 # TYPE ferry_cache_hits_total counter
-ferry_cache_hits_total 2
+ferry_cache_hits_total 3
 # HELP ferry_cache_misses_total Blocks asked of the local cache and not found there (absent, evicted or corrupt).
 # TYPE ferry_cache_misses_total counter
 ferry_cache_misses_total 1
@@ -728,7 +729,10 @@ ferry_cache_whole_checked_bytes_total 8192
 # HELP ferry_cache_read_checks_total Cached files too large to check at an open, found whole and good by reads through ferry that covered every block, so that later opens may be passthrough.
 # TYPE ferry_cache_read_checks_total counter
 ferry_cache_read_checks_total 1
-`), "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes",
+# HELP ferry_cache_spliced_bytes_total Of the bytes served from the local cache, those sent from the cache file without ferry reading them (spliced to the kernel): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.
+# TYPE ferry_cache_spliced_bytes_total counter
+ferry_cache_spliced_bytes_total 4096
+`), "ferry_cache_spliced_bytes_total", "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes",
 		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_written_bytes_total",
 		"ferry_cache_whole_checks_total", "ferry_cache_whole_checked_bytes_total", "ferry_cache_read_checks_total"))
 	problems, err := testutil.GatherAndLint(reg)

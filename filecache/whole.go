@@ -23,7 +23,11 @@ func stampOf(f *os.File) (fileStamp, error) {
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		return fileStamp{}, err
 	}
-	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+	return stampFrom(&st), nil
+}
+
+func stampFrom(st *syscall.Stat_t) fileStamp {
+	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // wholeBufs are Check's read buffers: 256 KiB, so that the bytes the CRC
