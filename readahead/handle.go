@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ type Handle struct {
 	mu   sync.Mutex
 	det  detector // GUARDED_BY(mu)
 	read bool     // GUARDED_BY(mu); the handle has seen a read
+	// reads, randomReads and randomBytes count the reads the detector saw
+	// and those that were part of no sequential stream (ReadRandomly).
+	reads, randomReads, randomBytes int64 // GUARDED_BY(mu)
 	// atEnd, if set, runs once, in its own goroutine, when a sequential
 	// stream's readahead has reached the end of the object and is
 	// draining (see NotifyAtEnd); atEndDone says it has.
@@ -110,6 +114,55 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// randomMinReads and randomMinSize: ReadRandomly wants this many reads,
+// of this mean size at least.
+const (
+	randomMinReads = 4
+	randomMinSize  = 64 << 10
+)
+
+// ReadRandomly reports whether h's reads so far were random: at least
+// randomMinReads of them, at least three quarters part of no sequential
+// stream, and those of randomMinSize on average.
+func (h *Handle) ReadRandomly() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reads >= randomMinReads && 4*h.randomReads >= 3*h.reads &&
+		h.randomBytes >= randomMinSize*h.randomReads
+}
+
+// splicer is the cache's Spliceable (filecache.Store).
+type splicer interface {
+	Spliceable(obj *bucket.Object, off, n int64) (*os.File, func(), bool)
+}
+
+// Spliceable is ReadAt for a caller that can send bytes from a file
+// without reading them (fs splices them to the kernel): if the cache
+// hands out [off, off+len) clipped to the object (filecache.Store.
+// Spliceable: blocks read and checked earlier), it returns that file,
+// where the bytes are at the same offsets, and how many bytes to send;
+// release unpins the file, once it has been sent from. The read counts as
+// ReadAt's would (readahead, statistics). ok is false, and nothing
+// counted, if the cache cannot: the caller then calls ReadAt.
+func (h *Handle) Spliceable(off int64, size int) (f *os.File, n int, release func(), ok bool) {
+	sp, can := h.f.cache.(splicer)
+	if !can || off < 0 || size <= 0 || off >= int64(h.obj.Size) || h.closed.Load() {
+		return nil, 0, nil, false
+	}
+	end := min(off+int64(size), int64(h.obj.Size))
+	f, release, ok = sp.Spliceable(&h.obj, off, end-off)
+	if !ok {
+		return nil, 0, nil, false
+	}
+	if _, err := h.observe(off, end-off); err != nil {
+		release()
+		return nil, 0, nil, false
+	}
+	h.f.stats.bytesRead.Add(end - off)
+	h.f.stats.cacheHitBytes.Add(end - off)
+	return f, int(end - off), release, true
+}
+
 // Close cancels the handle's readahead, waits for its fetches (a demand
 // fetch may outlive its read: the padding of its last block, and the
 // cache write) and frees the memory it holds. Reads after Close fail
@@ -160,10 +213,15 @@ func (h *Handle) observe(off, n int64) (sequential bool, err error) {
 			h.whole.Store(true)
 		}
 	}
+	h.reads++
 	if h.whole.Load() {
 		return true, nil
 	}
 	s, advanced, evicted := h.det.observe(off, n)
+	if !s.sequential() {
+		h.randomReads++
+		h.randomBytes += n
+	}
 	if evicted != nil {
 		// Seeking away: the oldest stream's readahead is cancelled and its
 		// memory returned.
