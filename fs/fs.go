@@ -96,6 +96,11 @@ type Config struct {
 	// most limit bytes (filecache.Store.Unready): ferry reads them when a
 	// handle read through it is released (ready.go).
 	Unready func(obj bucket.Object, limit int64) [][2]int64
+	// Splice sends reads of bytes the disk cache has checked already
+	// from the cache file, without ferry reading them (the reader's
+	// optional Spliceable), and opens files read at random for direct
+	// I/O (splice.go).
+	Splice bool
 }
 
 // BackingFile is an object's bytes in a local file (filecache.WholeFile).
@@ -150,6 +155,7 @@ type fileSystem struct {
 
 	// Mutable state with its own synchronisation
 	pt           ptState
+	sp           spliceState
 	ready        *readier
 	cache        *metaCache
 	prefetch     *dirPrefetcher
@@ -248,6 +254,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 	fs := &fileSystem{
 		bucket:      cfg.Bucket,
 		open:        cfg.Open,
+		sp:          spliceState{on: cfg.Splice},
 		log:         log,
 		now:         now,
 		cached:      cfg.Cached,
@@ -316,7 +323,20 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 			Name: "ferry_fs_passthrough_readied_bytes_total",
 			Help: "Bytes read to ready files for passthrough, also by reads that did not make a file ready.",
 		}, func() float64 { return float64(fs.ready.bytes.Load()) })
-		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes} {
+		spliced := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_spliced_reads_total",
+			Help: "Reads answered from the disk cache without ferry reading the bytes: spliced from the cache file to the kernel (blocks checked earlier in the mount, in a file unchanged since).",
+		}, func() float64 {
+			if c := fs.conn.fc.Load(); c != nil {
+				return float64(c.Spliced())
+			}
+			return 0
+		})
+		direct := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_direct_opens_total",
+			Help: "Opens of files whose last handle read them at random, with the kernel's FUSE page cache bypassed (direct I/O): each read comes to ferry as the application made it.",
+		}, func() float64 { return float64(fs.sp.directOpens.Load()) })
+		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes, spliced, direct} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -895,6 +915,10 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 		// The kernel's pages are good while the version is the one they
 		// were read from; otherwise it must drop them on this open.
 		op.KeepPageCache = in.opened && in.openedAt == obj.Version
+		if fs.openDirectLocked(in, obj) {
+			op.UseDirectIO = true
+			fs.sp.directOpens.Add(1)
+		}
 	}
 	in.opened, in.openedAt = true, obj.Version
 	op.Handle = fs.nextHandle
@@ -956,6 +980,9 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 			fs.ahead.readAt(h, op.Offset)
 		}
 	}
+	if fs.readSpliced(h, op) {
+		return nil
+	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fs.errno("read", h.obj.Name, err)
@@ -976,6 +1003,9 @@ func (fs *fileSystem) ReleaseFileHandle(ctx context.Context, op *fuseops.Release
 		return nil
 	}
 	fs.ahead.handleReleased(h.in.path)
+	if h.reader != nil {
+		fs.noteRandom(h)
+	}
 	if h.reader != nil && !(h.ahead != nil && fs.ahead.release(h.ahead)) {
 		h.reader.Close()
 	}

@@ -116,6 +116,9 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// Files held whole in the disk cache are read by the kernel from
 		// the cache file (passthrough.go), when it can.
 		EnablePassthrough: fsys.pt.whole != nil,
+		// Files read at random are opened for direct I/O (splice.go),
+		// and must still map.
+		EnableDirectIOAllowMmap: fsys.sp.on,
 	}
 	if opts.Debug {
 		mc.DebugLogger = slog.NewLogLogger(fsys.log.Handler(), slog.LevelDebug)
