@@ -335,6 +335,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		CachedBytes: cachedBytesOf(fileStore),
 		Backing:     backing,
 		Unready:     unready,
+		Splice:      fileStore != nil && cfg.CachePassthrough,
 		Control:     ctl.fs,
 	}, fs.MountOptions{
 		AllowOther:    cfg.AllowOther,
@@ -443,6 +444,10 @@ func openCache(cfg *flags.Config, logger *slog.Logger, reg prometheus.Registerer
 		BucketID:   bucketID(cfg),
 		Logger:     logger,
 		Registerer: reg,
+		// Blocks checked once in the mount may be spliced from their
+		// file (filecache/splice.go), under the same trust as
+		// passthrough.
+		Splice: cfg.CachePassthrough,
 	})
 }
 

@@ -506,3 +506,93 @@ func TestReadAheadAcrossFiles(t *testing.T) {
 	window := int64(size / 4) // a 24 MiB file's first window
 	assert.LessOrEqual(t, s.bytesServed()-served, int64(4*size)+window+256<<10, "bytes fetched twice, or more than one window for nobody")
 }
+
+// readRecords reads 256 KiB records of the object at each offset, 4 at a
+// time through one handle per object, as a random-access data loader
+// does, and checks each byte.
+func readRecords(t *testing.T, m *mounted, objs map[string][]byte, offs []int64) {
+	t.Helper()
+	const rec = 256 << 10
+	for name, want := range objs {
+		f, err := os.Open(filepath.Join(m.dir, name))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 4)
+		for _, off := range offs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				p := make([]byte, rec)
+				n, err := f.ReadAt(p, off)
+				if n < rec && !assert.ErrorIs(t, err, io.EOF) {
+					return
+				}
+				assert.True(t, bytes.Equal(want[off:off+int64(n)], p[:n]), "%s at %d: wrong bytes", name, off)
+			}()
+		}
+		wg.Wait()
+		require.NoError(t, f.Close())
+	}
+}
+
+// TestSplicedRandomRecords: records read at random, once to fill the
+// cache and once more to check its blocks, are then answered by splicing
+// from the cache files, with the files opened for direct I/O: no store
+// read, and every byte right. A byte flipped in a cache file while
+// mounted is caught (the file changed since its blocks were checked),
+// never served, and fetched again. With --cache-passthrough=false
+// nothing is spliced.
+func TestSplicedRandomRecords(t *testing.T) {
+	s := newStore(t, "gcs")
+	objs := dataset(t, s, "shards", 2, 32<<20)
+	// Unaligned records 2 MiB apart, shuffled: none is within readahead's
+	// gap tolerance (1 MiB) of another, so no readahead fetches more.
+	offs := make([]int64, 0, 16)
+	for i := range int64(16) {
+		offs = append(offs, (i*7)%16*(2<<20)+300000+i*37)
+	}
+	cacheDir := t.TempDir()
+	m := mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t))
+	readRecords(t, m, objs, offs) // fills the cache
+	dropCaches(t)
+	reads := storeReads(t, m)
+	readRecords(t, m, objs, offs) // checks the blocks
+	assert.Equal(t, reads, storeReads(t, m), "epoch 2 read from the store")
+	assert.Zero(t, m.metric(t, "ferry_fs_spliced_reads_total", nil), "spliced before any block was checked")
+	if m.metric(t, "ferry_fs_direct_opens_total", nil) == 0 {
+		t.Logf("no direct opens: the kernel lacks FUSE_DIRECT_IO_ALLOW_MMAP (log in %s)", m.log)
+	}
+	dropCaches(t)
+	readRecords(t, m, objs, offs)
+	assert.Equal(t, reads, storeReads(t, m), "epoch 3 read from the store")
+	spliced := m.metric(t, "ferry_fs_spliced_reads_total", nil)
+	assert.Positive(t, spliced)
+	assert.Positive(t, m.metric(t, "ferry_cache_spliced_bytes_total", nil))
+
+	// A byte of a record, flipped behind ferry's back.
+	files := cacheDataFiles(t, cacheDir)
+	require.Len(t, files, len(objs))
+	fh, err := os.OpenFile(files[0], os.O_RDWR, 0)
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = fh.ReadAt(b, offs[3]+1000)
+	require.NoError(t, err)
+	b[0] ^= 0x01
+	_, err = fh.WriteAt(b, offs[3]+1000)
+	require.NoError(t, err)
+	require.NoError(t, fh.Close())
+	dropCaches(t)
+	readRecords(t, m, objs, offs)
+	assert.EqualValues(t, 1, m.metric(t, "ferry_cache_corrupt_blocks_total", nil))
+	assert.Greater(t, storeReads(t, m), reads, "the flipped block is fetched again")
+	m.unmount(t)
+
+	m = mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--cache-passthrough=false", "--metrics-addr", freeAddr(t))
+	for range 3 {
+		dropCaches(t)
+		readRecords(t, m, objs, offs)
+	}
+	assert.Zero(t, m.metric(t, "ferry_fs_spliced_reads_total", nil))
+	assert.Zero(t, m.metric(t, "ferry_fs_direct_opens_total", nil))
+}

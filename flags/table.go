@@ -203,7 +203,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "cache-passthrough", Fstab: "cache_passthrough", Kind: Bool, Default: "true", Category: catCache,
-		Usage: "an object held whole in the disk cache is read by the kernel straight from its cache file (FUSE passthrough: Linux 6.9 or later, ferry running as root), not through ferry; each such file's blocks are checked against their CRC32Cs at its first open in the mount (over 1GiB: by reads through ferry covering it whole, once it is cached whole) and again at an open after the file changed, not at every read; =false sends every read through ferry, which checks each block read from disk",
+		Usage: "an object held whole in the disk cache is read by the kernel straight from its cache file (FUSE passthrough: Linux 6.9 or later, ferry running as root), not through ferry; each such file's blocks are checked against their CRC32Cs at its first open in the mount (over 1GiB: by reads through ferry covering it whole, once it is cached whole) and again at an open after the file changed, not at every read. Likewise, in files cached in part, blocks already read and checked in the mount are sent from the cache file without ferry reading them again (spliced), and files read at random are opened without the kernel's FUSE page cache (direct I/O, Linux 6.6 or later); =false sends every read through ferry, which checks each block read from disk",
 		set:   func(c *Config, s string) error { c.CachePassthrough = s == "true"; return nil }},
 
 	// Logging and metrics.
