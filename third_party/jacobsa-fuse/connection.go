@@ -81,6 +81,7 @@ type Connection struct {
 	// spliced counts those replies.
 	pipes   chan *splicePipe
 	spliced atomic.Uint64
+	noPipes atomic.Bool // no pipe big enough can be made
 
 	mu sync.Mutex
 
@@ -611,6 +612,24 @@ func (c *Connection) Reply(ctx context.Context, opErr error) error {
 	// Clean up state for this op.
 	c.finishOp(inMsg.Header().Opcode, inMsg.Header().Unique)
 
+	// A read answered from a file (ReadFileOp.SpliceFile): splice it, or
+	// else copy it. Before the logging: the copy may fail the op.
+	spliced := false
+	if o, ok := op.(*fuseops.ReadFileOp); ok && o.SpliceFile != nil && opErr == nil {
+		sent, err := c.replySplice(fuseID, o)
+		if sent && err != nil {
+			writeErrMsg := fmt.Sprintf("writeMessage: %v (spliced read of %d bytes)", err, o.BytesRead)
+			if c.errorLogger != nil {
+				c.errorLogger.Print(writeErrMsg)
+			}
+			return errors.New(writeErrMsg)
+		}
+		spliced = sent
+		if !sent {
+			opErr = readSpliceFile(o)
+		}
+	}
+
 	logError := c.shouldLogError(op, opErr)
 
 	// Debug logging
@@ -627,24 +646,6 @@ func (c *Connection) Reply(ctx context.Context, opErr error) error {
 	// Error logging
 	if logError {
 		c.errorLogger.Printf("Op 0x%08x %T] -> Error: %q", fuseID, op, opErr)
-	}
-
-	// A read answered from a file (ReadFileOp.SpliceFile): splice it, or
-	// else copy it.
-	spliced := false
-	if o, ok := op.(*fuseops.ReadFileOp); ok && o.SpliceFile != nil && opErr == nil {
-		sent, err := c.replySplice(fuseID, o)
-		if sent && err != nil {
-			writeErrMsg := fmt.Sprintf("writeMessage: %v (spliced read of %d bytes)", err, o.BytesRead)
-			if c.errorLogger != nil {
-				c.errorLogger.Print(writeErrMsg)
-			}
-			return errors.New(writeErrMsg)
-		}
-		spliced = sent
-		if !sent {
-			opErr = readSpliceFile(o)
-		}
 	}
 
 	// Send the reply to the kernel, if one is required.

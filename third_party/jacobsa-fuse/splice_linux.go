@@ -19,16 +19,22 @@ import (
 // them.
 
 const (
-	// maxPipes bounds the pipes in existence; a reply that finds none
-	// free is copied instead.
-	maxPipes = 64
-	// maxFreePipes bounds the pipes kept open between replies.
-	maxFreePipes = 32
+	// maxPipes bounds the pipes in existence (a reply that finds none
+	// free is copied instead), and all of them are kept between replies.
+	// An unprivileged process's pipes count against its user's
+	// /proc/sys/fs/pipe-user-pages-soft (16384 pages by default): 16
+	// pipes of 256 pages take a quarter.
+	maxPipes     = 16
+	maxFreePipes = maxPipes
 	// pipeSize fits a 1 MiB reply (MountConfig.MaxPages 256) that starts
-	// mid-page, after its header: 258 pages. Unprivileged processes may
-	// be refused more than /proc/sys/fs/pipe-max-size (1 MiB); then
-	// replies that do not fit are copied.
+	// mid-page, after its header: 258 pages. Processes without
+	// CAP_SYS_RESOURCE are refused more than /proc/sys/fs/pipe-max-size
+	// (1 MiB by default); then replies that do not fit (255 pages of
+	// data) are copied.
 	pipeSize = 2 << 20
+	// minPipeSize: a pipe refused even this (a user over the soft limit
+	// gets 2 pages) is not used, and no more are made.
+	minPipeSize = 1 << 20
 )
 
 type splicePipe struct {
@@ -39,13 +45,16 @@ type splicePipe struct {
 // pipesOpen counts the pipes in existence, of all connections.
 var pipesOpen atomic.Int32
 
-// getPipe returns an empty pipe, or nil if maxPipes are in use or one
-// cannot be made.
+// getPipe returns an empty pipe, or nil if maxPipes are in use or one of
+// at least minPipeSize cannot be made.
 func (c *Connection) getPipe() *splicePipe {
 	select {
 	case p := <-c.pipes:
 		return p
 	default:
+	}
+	if c.noPipes.Load() {
+		return nil
 	}
 	if pipesOpen.Add(1) > maxPipes {
 		pipesOpen.Add(-1)
@@ -56,15 +65,21 @@ func (c *Connection) getPipe() *splicePipe {
 		pipesOpen.Add(-1)
 		return nil
 	}
-	p := &splicePipe{r: fds[0], w: fds[1], slots: 16}
-	for _, size := range []int{pipeSize, pipeSize / 2} {
-		if n, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, size); err == nil {
-			p.slots = n / unix.Getpagesize()
+	p := &splicePipe{r: fds[0], w: fds[1]}
+	for _, size := range []int{pipeSize, minPipeSize} {
+		if _, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, size); err == nil {
 			break
 		}
 	}
 	if n, err := unix.FcntlInt(uintptr(p.w), unix.F_GETPIPE_SZ, 0); err == nil {
 		p.slots = n / unix.Getpagesize()
+	}
+	if p.slots*unix.Getpagesize() < minPipeSize {
+		// Over the user's pipe budget: splice no more on this
+		// connection rather than try at every read.
+		c.noPipes.Store(true)
+		c.putPipe(p, false)
+		return nil
 	}
 	return p
 }
@@ -161,8 +176,9 @@ func (c *Connection) replySplice(unique uint64, o *fuseops.ReadFileOp) (sent boo
 func (c *Connection) Spliced() uint64 { return c.spliced.Load() }
 
 // readSpliceFile reads o's bytes from o.SpliceFile into o.Data, for a
-// reply that cannot be spliced. A short read is an error: the file system
-// said the bytes were there.
+// reply that cannot be spliced; if the file does not have them (the
+// file system said it did), from o.SpliceFallback, else the read fails
+// with EIO.
 func readSpliceFile(o *fuseops.ReadFileOp) error {
 	buf := o.Dst
 	if len(buf) < o.BytesRead {
@@ -170,8 +186,11 @@ func readSpliceFile(o *fuseops.ReadFileOp) error {
 	}
 	buf = buf[:o.BytesRead]
 	k, _ := o.SpliceFile.ReadAt(buf, o.SpliceOff)
+	if k != len(buf) && o.SpliceFallback != nil {
+		k, _ = o.SpliceFallback(buf)
+	}
 	if k != len(buf) {
-		return syscall.EIO // err, or a short file
+		return syscall.EIO
 	}
 	o.Data = [][]byte{buf}
 	return nil

@@ -24,7 +24,11 @@ func (c *Connection) replySplice(unique uint64, o *fuseops.ReadFileOp) (bool, er
 
 func readSpliceFile(o *fuseops.ReadFileOp) error {
 	buf := make([]byte, o.BytesRead)
-	if k, _ := o.SpliceFile.ReadAt(buf, o.SpliceOff); k != len(buf) {
+	k, _ := o.SpliceFile.ReadAt(buf, o.SpliceOff)
+	if k != len(buf) && o.SpliceFallback != nil {
+		k, _ = o.SpliceFallback(buf)
+	}
+	if k != len(buf) {
 		return syscall.EIO
 	}
 	o.Data = [][]byte{buf}

@@ -83,7 +83,7 @@ func readRequest(unique, fh uint64, off int64, size uint32) []byte {
 // with n bytes, and returns the reply the kernel got. The reply goes to a
 // pipe, not to the socket: splicing to a socket may cut the reply into
 // several messages, which /dev/fuse never does.
-func spliceRead(t *testing.T, c *Connection, kernel *os.File, unique uint64, f *os.File, foff int64, n int) []byte {
+func spliceRead(t *testing.T, c *Connection, kernel *os.File, unique uint64, f *os.File, foff int64, n int, fallback func([]byte) (int, error)) []byte {
 	t.Helper()
 	if _, err := kernel.Write(readRequest(unique, 7, foff, uint32(n))); err != nil {
 		t.Fatal(err)
@@ -103,9 +103,12 @@ func spliceRead(t *testing.T, c *Connection, kernel *os.File, unique uint64, f *
 	defer pr.Close()
 	defer pw.Close()
 	// Room for the whole reply: a pipe, unlike /dev/fuse, may take part
-	// of it.
-	if _, err := unix.FcntlInt(pw.Fd(), unix.F_SETPIPE_SZ, 1<<20); err != nil {
-		t.Fatal(err)
+	// of it. A process that may not make 4 MiB pipes makes none over 1
+	// MiB for replies either.
+	if _, err := unix.FcntlInt(pw.Fd(), unix.F_SETPIPE_SZ, 4<<20); err != nil {
+		if _, err := unix.FcntlInt(pw.Fd(), unix.F_SETPIPE_SZ, 1<<20); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got := make(chan []byte)
 	go func() {
@@ -116,6 +119,7 @@ func spliceRead(t *testing.T, c *Connection, kernel *os.File, unique uint64, f *
 	c.dev = pw
 	called := false
 	o.SpliceFile, o.SpliceOff, o.BytesRead = f, foff, n
+	o.SpliceFallback = fallback
 	o.Callback = func() { called = true }
 	err = c.Reply(ctx, nil)
 	c.dev = dev
@@ -152,7 +156,7 @@ func TestReadReplySpliced(t *testing.T) {
 		{3<<20 - 10, 10}, {8192, 1<<20 - 4096},
 	} {
 		unique := uint64(100 + i)
-		reply := spliceRead(t, c, kernel, unique, f, tc.off, tc.n)
+		reply := spliceRead(t, c, kernel, unique, f, tc.off, tc.n, nil)
 		if len(reply) != outHdrLen+tc.n {
 			t.Fatalf("read of %d at %d: reply of %d bytes", tc.n, tc.off, len(reply))
 		}
@@ -173,17 +177,37 @@ func TestReadReplySpliced(t *testing.T) {
 	}
 
 	// Bytes the file does not have: neither splice nor copy can send
-	// them, and the read fails rather than send short or stale bytes.
-	reply := spliceRead(t, c, kernel, 200, f, 3<<20-100, 4096)
+	// them. The fallback's bytes are sent; without one the read fails
+	// rather than send short or stale bytes.
+	spliced := c.Spliced()
+	reply := spliceRead(t, c, kernel, 200, f, 3<<20-100, 4096, nil)
 	if len(reply) != outHdrLen || int32(le.Uint32(reply[4:])) != -int32(syscall.EIO) || le.Uint64(reply[8:]) != 200 {
 		t.Errorf("read past the file's end: reply %d bytes, error %d; want EIO alone", len(reply), int32(le.Uint32(reply[4:])))
+	}
+	other := bytes.Repeat([]byte{7}, 4096)
+	calls := 0
+	reply = spliceRead(t, c, kernel, 202, f, 3<<20-100, 4096, func(p []byte) (int, error) {
+		calls++
+		return copy(p, other), nil
+	})
+	if calls != 1 || len(reply) != outHdrLen+4096 || int32(le.Uint32(reply[4:])) != 0 || !bytes.Equal(reply[outHdrLen:], other) {
+		t.Errorf("fallback: %d calls, reply %d bytes, error %d, or wrong bytes", calls, len(reply), int32(le.Uint32(reply[4:])))
+	}
+	reply = spliceRead(t, c, kernel, 203, f, 3<<20-100, 4096, func(p []byte) (int, error) {
+		return 10, io.ErrUnexpectedEOF
+	})
+	if len(reply) != outHdrLen || int32(le.Uint32(reply[4:])) != -int32(syscall.EIO) {
+		t.Errorf("failed fallback: reply %d bytes, error %d; want EIO alone", len(reply), int32(le.Uint32(reply[4:])))
+	}
+	if c.Spliced() != spliced {
+		t.Error("a reply the file could not supply counted as spliced")
 	}
 
 	// With no pipe to be had, the bytes are copied.
 	c.closePipes()
-	spliced := c.Spliced()
+	spliced = c.Spliced()
 	held := pipesOpen.Swap(maxPipes)
-	reply = spliceRead(t, c, kernel, 201, f, 777, 70000)
+	reply = spliceRead(t, c, kernel, 201, f, 777, 70000, nil)
 	pipesOpen.Add(held - maxPipes)
 	if c.Spliced() != spliced {
 		t.Error("spliced without a pipe")

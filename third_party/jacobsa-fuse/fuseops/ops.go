@@ -760,6 +760,12 @@ type ReadFileOp struct {
 	// bytes unchanged, until Callback runs.
 	SpliceFile *os.File
 	SpliceOff  int64
+	// SpliceFallback, if set with SpliceFile, is called when the file
+	// does not supply the reply's bytes (an I/O error, a file cut short):
+	// it fills p (BytesRead bytes) some other way, and returns how many
+	// bytes it filled and any error, as io.ReaderAt. It is called from
+	// Reply, before Callback.
+	SpliceFallback func(p []byte) (int, error)
 }
 
 // Write data to a file previously opened with CreateFile or OpenFile.
