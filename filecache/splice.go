@@ -3,6 +3,7 @@ package filecache
 import (
 	"errors"
 	"os"
+	"sync"
 
 	"ferry/bucket"
 )
@@ -21,12 +22,16 @@ import (
 // What it trusts: the data file's stamp (dev, inode, size, mtime, ctime)
 // moves with every write to it through the file system, and no one can set
 // ctime back. The store's own writes move it too; wroteLocked follows them
-// (a write alone on its entry carries the stamp over, concurrent writes
-// drop what was checked). A write by anyone else, a truncation or a file
-// replaced, is seen at the next Spliceable, which then drops every checked
-// block of the file; they are read and checked again. What it does not
-// see is what passthrough does not see either: a disk that returns other
-// bytes than were written without the file changing.
+// (a write alone on its entry carries the stamp over, concurrent or failed
+// writes drop what was checked). A write by anyone else, a truncation or a
+// file replaced, is seen at the next Spliceable, which then drops every
+// checked block of the file; they are read and checked again. What it does
+// not see is what passthrough does not see either: a disk that returns
+// other bytes than were written without the file changing, and a write
+// that leaves the timestamps as they were (a file system with coarse
+// timestamps, within one tick of the last change). Nor a write by someone
+// else in the microseconds between one of the store's writes and the
+// fstat after it, which the store takes for its own.
 
 // errNoStamp: no stamp was taken.
 var errNoStamp = errors.New("filecache: no stamp")
@@ -57,16 +62,18 @@ func (s *Store) markCheckedLocked(e *entry, stamp fileStamp, first int64, ok []b
 }
 
 // wroteLocked follows a write by the store to e's data file: before and
-// after are the file's stamps around it (stamped: both were taken). The
-// write's own change is carried over if nothing else wrote in the
-// meantime: no other store write in flight, and before is the stamp the
-// checked blocks were checked under; otherwise nothing checked is kept.
+// after are the file's stamps around it (stamped: both were taken), ok
+// that it wrote all it meant to. The write's own change is carried over if
+// nothing else wrote in the meantime: no other store write in flight, and
+// before is the stamp the checked blocks were checked under; otherwise
+// nothing checked is kept. A failed write may have torn a block it
+// rewrote: nothing is kept either.
 // LOCKS_REQUIRED(s.mu)
-func (s *Store) wroteLocked(e *entry, before, after fileStamp, stamped bool) {
+func (s *Store) wroteLocked(e *entry, before, after fileStamp, stamped, ok bool) {
 	if e.checked == nil && e.checkedStamp == (fileStamp{}) {
 		return
 	}
-	if stamped && e.writing == 0 && before == e.checkedStamp {
+	if ok && stamped && e.writing == 0 && before == e.checkedStamp {
 		e.checkedStamp = after
 		return
 	}
@@ -105,14 +112,17 @@ func (s *Store) Spliceable(obj *bucket.Object, off, n int64) (f *os.File, releas
 	s.touchLocked(e)
 	s.mu.Unlock()
 
+	var once sync.Once
 	release = func() {
-		s.mu.Lock()
-		var finish *entry
-		if s.unpinLocked(e) {
-			finish = e
-		}
-		s.mu.Unlock()
-		s.finishEvictions([]*entry{finish})
+		once.Do(func() {
+			s.mu.Lock()
+			var finish *entry
+			if s.unpinLocked(e) {
+				finish = e
+			}
+			s.mu.Unlock()
+			s.finishEvictions([]*entry{finish})
+		})
 	}
 	f, err := s.fileFor(e, false)
 	var now fileStamp

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -249,4 +250,31 @@ func TestSpliceableForgetsADroppedBlock(t *testing.T) {
 	assert.False(t, spliceOK(t, s, o, testBS, 1))
 	assert.True(t, spliceOK(t, s, o, 0, testBS))
 	s.checkInvariants(t)
+}
+
+// A failed write by the store to a file keeps nothing checked in it: it
+// may have left torn bytes. Release may be called twice.
+func TestSpliceableAfterAFailedWrite(t *testing.T) {
+	var fail atomic.Bool
+	s := openT(t, Config{Dir: t.TempDir(), Splice: true}, hooks{
+		writeAt: func(f *os.File, p []byte, off int64) (int, error) {
+			if fail.Load() {
+				return 0, syscall.ENOSPC
+			}
+			return f.WriteAt(p, off)
+		},
+	})
+	o := obj("o", 4*testBS)
+	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	readBlocks(t, s, o, 0, 2)
+	_, release, ok := s.Spliceable(o, 0, testBS)
+	require.True(t, ok)
+	release()
+	release()
+	s.checkInvariants(t)
+	fail.Store(true)
+	assert.Zero(t, s.WriteBlocks(o, 2, blocksData(o, 2, 2, testBS)))
+	assert.False(t, spliceOK(t, s, o, 0, testBS))
+	readBlocks(t, s, o, 0, 1)
+	assert.True(t, spliceOK(t, s, o, 0, testBS))
 }

@@ -969,7 +969,7 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	s.mu.Lock()
 	s.reserved -= need
 	e.writing--
-	s.wroteLocked(e, before, after, stamped)
+	s.wroteLocked(e, before, after, stamped, err == nil && stored == k)
 	if e.live {
 		for i := 0; i < stored; i++ {
 			e.present.set(first + int64(i))
