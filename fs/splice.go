@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"os"
 	"sync/atomic"
 
@@ -42,9 +43,10 @@ type spliceReader interface {
 }
 
 // randomReader is the optional side of a ContentReader that tells a
-// random reader (readahead.Handle.ReadRandomly).
+// random reader (readahead.Handle.ReadRandomly); known is false if it
+// read too little to tell.
 type randomReader interface {
-	ReadRandomly() bool
+	ReadRandomly() (random, known bool)
 }
 
 // maxRandomFiles bounds spliceState.random: past it, an arbitrary entry
@@ -53,8 +55,9 @@ const maxRandomFiles = 65536
 
 // spliceState is the mount's splice state.
 type spliceState struct {
-	on          bool // Config.Splice
-	directOpens atomic.Uint64
+	on             bool // Config.Splice
+	directOpens    atomic.Uint64
+	fallbackLogged atomic.Bool
 	// random holds the files (by path and version) whose last handle
 	// released that read them read at random. Not on the inode: the
 	// kernel forgets inodes (under memory pressure, drop_caches) between
@@ -78,6 +81,16 @@ func (fs *fileSystem) readSpliced(h *fileHandle, op *fuseops.ReadFileOp) bool {
 	op.SpliceFile, op.SpliceOff, op.BytesRead = f, op.Offset, n
 	op.Callback = release
 	op.Data = nil
+	// The cache file fails to supply the bytes (an I/O error, cut short
+	// behind ferry's back): read them through the cache, which checks
+	// them, drops what is bad and fetches it again.
+	off, reader := op.Offset, h.reader
+	op.SpliceFallback = func(p []byte) (int, error) {
+		if !fs.sp.fallbackLogged.Swap(true) {
+			fs.log.Warn("fs: a read from a disk cache file failed; reading it again through the cache (logged once)", "path", h.obj.Name, "offset", off, "bytes", len(p))
+		}
+		return reader.ReadAt(context.Background(), p, off)
+	}
 	return true
 }
 
@@ -96,13 +109,18 @@ func (fs *fileSystem) openDirectLocked(in *inode, obj bucket.Object) bool {
 	return c != nil && c.DirectIOAllowMmap()
 }
 
-// noteRandom records how h read, for the next open of its inode.
+// noteRandom records how h read, for the next open of its file, if it
+// read enough to tell: a handle that read a header leaves the mark as it
+// was.
 func (fs *fileSystem) noteRandom(h *fileHandle) {
 	rr, ok := h.reader.(randomReader)
 	if !fs.sp.on || !ok || !h.read.Load() {
 		return
 	}
-	random := rr.ReadRandomly()
+	random, known := rr.ReadRandomly()
+	if !known {
+		return
+	}
 	key := inodeKey{path: h.in.path, version: h.obj.Version}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()

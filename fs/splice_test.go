@@ -26,6 +26,7 @@ type spliceDisk struct {
 	mu     sync.Mutex
 	files  map[string]*os.File // GUARDED_BY(mu); by object name
 	random bool                // GUARDED_BY(mu); what ReadRandomly says
+	known  bool                // GUARDED_BY(mu); and whether it knows
 	sizes  []int64             // GUARDED_BY(mu); every read's size, spliced or not
 
 	handed   atomic.Int64 // files handed out
@@ -52,10 +53,10 @@ func (d *spliceDisk) hold(name string, data []byte) {
 	d.files[name] = f
 }
 
-func (d *spliceDisk) setRandom(r bool) {
+func (d *spliceDisk) setRandom(random, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.random = r
+	d.random, d.known = random, known
 }
 
 func (d *spliceDisk) readSizes() []int64 {
@@ -93,10 +94,10 @@ func (r *fakeSpliceReader) Spliceable(off int64, size int) (*os.File, int, func(
 	return f, int(min(int64(size), int64(r.obj.Size)-off)), func() { once.Do(func() { r.d.released.Add(1) }) }, true
 }
 
-func (r *fakeSpliceReader) ReadRandomly() bool {
+func (r *fakeSpliceReader) ReadRandomly() (bool, bool) {
 	r.d.mu.Lock()
 	defer r.d.mu.Unlock()
-	return r.d.random
+	return r.d.random, r.d.known
 }
 
 // mountSplice mounts b with d behind every reader, and Config.Splice as
@@ -182,7 +183,7 @@ func TestDirectOpenAfterRandomReads(t *testing.T) {
 		require.Equal(t, data[off:off+int64(n)], p)
 	}
 
-	d.setRandom(true)
+	d.setRandom(true, true)
 	f, err := openFile(path, os.O_RDONLY)
 	require.NoError(t, err)
 	readAt(f, 500000, 100)
@@ -206,7 +207,28 @@ func TestDirectOpenAfterRandomReads(t *testing.T) {
 	require.NoError(t, err, "a direct file must still map")
 	assert.Equal(t, data[4096:8192], m[4096:8192])
 	require.NoError(t, syscall.Munmap(m))
-	d.setRandom(false)
+	d.readSizes() // the mapping's, through the page cache
+	require.NoError(t, f.Close())
+
+	// A handle that read too little to tell (a header) leaves the mark.
+	d.setRandom(false, false)
+	f, err = openFile(path, os.O_RDONLY)
+	require.NoError(t, err)
+	readAt(f, 0, 10)
+	require.NoError(t, f.Close())
+	require.Eventually(t, func() bool { // its RELEASE, before the fake changes its mind
+		fsys.mu.Lock()
+		defer fsys.mu.Unlock()
+		return len(fsys.files) == 0
+	}, 10*time.Second, time.Millisecond)
+	assert.Equal(t, []int64{10}, d.readSizes(), "still direct")
+	assert.EqualValues(t, 2, fsys.sp.directOpens.Load())
+
+	d.setRandom(false, true)
+	f, err = openFile(path, os.O_RDONLY)
+	require.NoError(t, err)
+	readAt(f, 20, 10)
+	d.readSizes()
 	require.NoError(t, f.Close())
 	require.Eventually(t, func() bool {
 		fsys.mu.Lock()
@@ -219,7 +241,7 @@ func TestDirectOpenAfterRandomReads(t *testing.T) {
 	readAt(f, 300000, 100)
 	require.NoError(t, f.Close())
 	assert.NotContains(t, d.readSizes(), int64(100), "back on the page cache")
-	assert.EqualValues(t, 1, fsys.sp.directOpens.Load())
+	assert.EqualValues(t, 3, fsys.sp.directOpens.Load())
 }
 
 // With Config.Splice off no open is direct, whatever the reader says.
@@ -227,7 +249,7 @@ func TestNoDirectOpenWithoutSplice(t *testing.T) {
 	b := newTestBucket()
 	b.put("f", randomBytes(100000, 4))
 	d := newSpliceDisk(t)
-	d.setRandom(true)
+	d.setRandom(true, true)
 	dir, fsys := mountSplice(t, b, d, false)
 	for range 3 {
 		got, err := readFile(filepath.Join(dir, "f"))
@@ -235,4 +257,24 @@ func TestNoDirectOpenWithoutSplice(t *testing.T) {
 		require.Len(t, got, 100000)
 	}
 	assert.Zero(t, fsys.sp.directOpens.Load())
+}
+
+// A file handed out that does not hold the bytes (cut short behind
+// ferry's back) is not the end of the read: it is read again through the
+// reader, which has the object's bytes.
+func TestSplicedReadFallsBack(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(200000, 5)
+	b.put("f", data)
+	d := newSpliceDisk(t)
+	d.hold("f", data[:100000])
+	dir, _ := mountSplice(t, b, d, true)
+	f, err := openFile(filepath.Join(dir, "f"), os.O_RDONLY)
+	require.NoError(t, err)
+	defer f.Close()
+	p := make([]byte, 8192)
+	_, err = f.ReadAt(p, 150000)
+	require.NoError(t, err)
+	assert.Equal(t, data[150000:158192], p)
+	assert.Positive(t, d.handed.Load())
 }

@@ -122,13 +122,16 @@ const (
 )
 
 // ReadRandomly reports whether h's reads so far were random: at least
-// randomMinReads of them, at least three quarters part of no sequential
-// stream, and those of randomMinSize on average.
-func (h *Handle) ReadRandomly() bool {
+// three quarters part of no sequential stream, and those of randomMinSize
+// on average. known is false if h has seen fewer than randomMinReads
+// reads, too few to tell (a header read, a probe).
+func (h *Handle) ReadRandomly() (random, known bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.reads >= randomMinReads && 4*h.randomReads >= 3*h.reads &&
-		h.randomBytes >= randomMinSize*h.randomReads
+	if h.reads < randomMinReads {
+		return false, false
+	}
+	return 4*h.randomReads >= 3*h.reads && h.randomBytes >= randomMinSize*h.randomReads, true
 }
 
 // splicer is the cache's Spliceable (filecache.Store).

@@ -74,6 +74,14 @@ func TestSpliceable(t *testing.T) {
 	assert.False(t, spliceCheck(t, b, hg, 0, 100))
 }
 
+// readRandomly is ReadRandomly of a handle that has read enough to tell.
+func readRandomly(t *testing.T, h *Handle) bool {
+	t.Helper()
+	random, known := h.ReadRandomly()
+	require.True(t, known, "too few reads to tell")
+	return random
+}
+
 // ReadRandomly tells a reader of large records at random offsets from a
 // sequential one, a small-read one, and one that read little; reads
 // answered by Spliceable count.
@@ -91,23 +99,25 @@ func TestReadRandomly(t *testing.T) {
 	for _, mib := range random[:3] {
 		read(h, mib*MiB, 512*KiB)
 	}
-	assert.False(t, h.ReadRandomly(), "three reads")
+	random3, known := h.ReadRandomly()
+	assert.False(t, known, "three reads")
+	assert.False(t, random3)
 	read(h, random[3]*MiB, 512*KiB)
-	assert.True(t, h.ReadRandomly())
+	assert.True(t, readRandomly(t, h))
 	h.Close()
 
 	h = f.Open(obj)
 	for i := range int64(16) {
 		read(h, i*128*KiB, 128*KiB)
 	}
-	assert.False(t, h.ReadRandomly(), "sequential")
+	assert.False(t, readRandomly(t, h), "sequential")
 	h.Close()
 
 	h = f.Open(obj)
 	for _, mib := range random {
 		read(h, mib*MiB+5, 4*KiB)
 	}
-	assert.False(t, h.ReadRandomly(), "small reads")
+	assert.False(t, readRandomly(t, h), "small reads")
 	h.Close()
 
 	// A quarter sequential still counts as random; half does not. (The
@@ -120,11 +130,11 @@ func TestReadRandomly(t *testing.T) {
 	// 60 MiB: seq 2, then 3 (sequential from the third read in a row).
 	read(h, 60*MiB+256*KiB, 256*KiB)
 	read(h, 60*MiB+512*KiB, 256*KiB)
-	assert.True(t, h.ReadRandomly(), "7 of 8 random")
+	assert.True(t, readRandomly(t, h), "7 of 8 random")
 	for i := range int64(6) {
 		read(h, 60*MiB+(3+i)*256*KiB, 256*KiB)
 	}
-	assert.False(t, h.ReadRandomly(), "7 of 14 random")
+	assert.False(t, readRandomly(t, h), "7 of 14 random")
 	h.Close()
 }
 
@@ -151,12 +161,12 @@ func TestSpliceableFeedsTheDetector(t *testing.T) {
 	for _, k := range []int64{7, 2, 5, 0, 3, 6} {
 		require.True(t, spliceCheck(t, b, h, k*MiB+11, 512*KiB))
 	}
-	assert.True(t, h.ReadRandomly())
+	assert.True(t, readRandomly(t, h))
 	h.Close()
 	h = f.Open(obj)
 	for i := range int64(12) {
 		require.True(t, spliceCheck(t, b, h, i*512*KiB, 512*KiB))
 	}
-	assert.False(t, h.ReadRandomly())
+	assert.False(t, readRandomly(t, h))
 	h.Close()
 }
