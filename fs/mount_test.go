@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
 	"ferry/bucket/file"
@@ -52,6 +53,13 @@ func (m maxReadTracker) ReadAt(ctx context.Context, p []byte, off int64) (int, e
 // netpoll. With 2 Ps the server goroutine never runs and the test process
 // deadlocks in D state (seen on this machine). A blocking fd from
 // syscall.Open + os.NewFile is never registered.
+//
+// For the same reason a test never touches a mapping of a file on such a
+// mount from Go code: the page fault waits in the kernel for this
+// process's own reply, on a thread that keeps its P and that Go cannot
+// preempt, and a garbage collection starting meanwhile stops the world
+// for good, server included (once seen: a test hung 11 minutes). Fault
+// the pages in inside a system call first (populate, below).
 func openFile(path string, flag int) (*os.File, error) {
 	fd, err := syscall.Open(path, flag|syscall.O_CLOEXEC, 0)
 	if err != nil {
@@ -61,6 +69,14 @@ func openFile(path string, flag int) (*os.File, error) {
 }
 
 // readFile is os.ReadFile through openFile.
+// populate faults in every page of a mapping inside a system call
+// (MADV_POPULATE_READ, Linux 5.14), where the thread gives up its P while
+// it waits for the server; afterwards reading the mapping faults no more.
+func populate(t *testing.T, m []byte) {
+	t.Helper()
+	require.NoError(t, unix.Madvise(m, unix.MADV_POPULATE_READ))
+}
+
 func readFile(path string) ([]byte, error) {
 	f, err := openFile(path, os.O_RDONLY)
 	if err != nil {

@@ -205,6 +205,7 @@ func TestDirectOpenAfterRandomReads(t *testing.T) {
 	assert.EqualValues(t, 1, fsys.sp.directOpens.Load())
 	m, err := syscall.Mmap(int(f.Fd()), 0, len(data), syscall.PROT_READ, syscall.MAP_SHARED)
 	require.NoError(t, err, "a direct file must still map")
+	populate(t, m[4096:8192])
 	assert.Equal(t, data[4096:8192], m[4096:8192])
 	require.NoError(t, syscall.Munmap(m))
 	d.readSizes() // the mapping's, through the page cache
