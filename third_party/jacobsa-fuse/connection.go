@@ -81,7 +81,9 @@ type Connection struct {
 	// spliced counts those replies.
 	pipes   chan *splicePipe
 	spliced atomic.Uint64
-	noPipes atomic.Bool // no pipe big enough can be made
+	// noPipesUntil: no pipe big enough could be made; none is tried
+	// before this time (unix nanoseconds).
+	noPipesUntil atomic.Int64
 
 	mu sync.Mutex
 

@@ -3,6 +3,7 @@ package fuse
 import (
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/jacobsa/fuse/fuseops"
@@ -33,8 +34,9 @@ const (
 	// data) are copied.
 	pipeSize = 2 << 20
 	// minPipeSize: a pipe refused even this (a user over the soft limit
-	// gets 2 pages) is not used, and no more are made.
+	// gets 2 pages) is not used, and no more are made for noPipesFor.
 	minPipeSize = 1 << 20
+	noPipesFor  = time.Minute
 )
 
 type splicePipe struct {
@@ -53,7 +55,7 @@ func (c *Connection) getPipe() *splicePipe {
 		return p
 	default:
 	}
-	if c.noPipes.Load() {
+	if until := c.noPipesUntil.Load(); until != 0 && time.Now().UnixNano() < until {
 		return nil
 	}
 	if pipesOpen.Add(1) > maxPipes {
@@ -75,9 +77,9 @@ func (c *Connection) getPipe() *splicePipe {
 		p.slots = n / unix.Getpagesize()
 	}
 	if p.slots*unix.Getpagesize() < minPipeSize {
-		// Over the user's pipe budget: splice no more on this
-		// connection rather than try at every read.
-		c.noPipes.Store(true)
+		// Over the user's pipe budget (other processes' pipes count
+		// too): copy for a while rather than try at every read.
+		c.noPipesUntil.Store(time.Now().Add(noPipesFor).UnixNano())
 		c.putPipe(p, false)
 		return nil
 	}

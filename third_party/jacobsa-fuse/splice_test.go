@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jacobsa/fuse/fuseops"
 	"golang.org/x/sys/unix"
@@ -215,4 +216,24 @@ func TestReadReplySpliced(t *testing.T) {
 	if len(reply) != outHdrLen+70000 || int32(le.Uint32(reply[4:])) != 0 || !bytes.Equal(reply[outHdrLen:], data[777:777+70000]) {
 		t.Errorf("copied reply: %d bytes, error %d, or wrong bytes", len(reply), int32(le.Uint32(reply[4:])))
 	}
+}
+
+// After a pipe big enough was refused, none is tried for a while; then
+// pipes are made again.
+func TestNoPipesForAWhile(t *testing.T) {
+	c := &Connection{pipes: make(chan *splicePipe, maxFreePipes)}
+	defer c.closePipes()
+	c.noPipesUntil.Store(time.Now().Add(time.Hour).UnixNano())
+	if p := c.getPipe(); p != nil {
+		t.Fatal("a pipe while refused")
+	}
+	c.noPipesUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	p := c.getPipe()
+	if p == nil {
+		t.Fatal("no pipe after the pause")
+	}
+	if p.slots*unix.Getpagesize() < minPipeSize {
+		t.Errorf("a pipe of %d pages", p.slots)
+	}
+	c.putPipe(p, true)
 }
