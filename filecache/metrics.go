@@ -29,7 +29,7 @@ func (s *Store) registerMetrics() error {
 		counter("ferry_cache_whole_checks_total", "Cached files read whole and checked against their CRC32Cs before the kernel reads them directly (passthrough): once per file per mount, and again after the file changed.", s.wholeChecks.Load),
 		counter("ferry_cache_whole_checked_bytes_total", "Bytes of those checks.", s.wholeCheckedBytes.Load),
 		counter("ferry_cache_read_checks_total", "Cached files too large to check at an open, found whole and good by reads through ferry that covered every block, so that later opens may be passthrough.", s.readChecks.Load),
-		counter("ferry_cache_spliced_bytes_total", "Of the bytes served from the local cache, those sent from the cache file without ferry reading them (spliced to the kernel): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.", s.splicedBytes.Load),
+		counter("ferry_cache_spliced_bytes_total", "Of the bytes served from the local cache, those handed out to be sent from the cache file without ferry checking them again (spliced to the kernel, or copied where no pipe fits): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.", s.splicedBytes.Load),
 		counter("ferry_cache_write_errors_total", "Failed writes to the cache directory.", s.writeErrors.Load),
 		gauge("ferry_cache_used_bytes", "Disk space used by cached data.", func() int64 { return s.Stats().UsedBytes }),
 		gauge("ferry_cache_limit_bytes", "Cache size limit.", func() int64 { return s.limit }),

@@ -729,7 +729,7 @@ ferry_cache_whole_checked_bytes_total 8192
 # HELP ferry_cache_read_checks_total Cached files too large to check at an open, found whole and good by reads through ferry that covered every block, so that later opens may be passthrough.
 # TYPE ferry_cache_read_checks_total counter
 ferry_cache_read_checks_total 1
-# HELP ferry_cache_spliced_bytes_total Of the bytes served from the local cache, those sent from the cache file without ferry reading them (spliced to the kernel): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.
+# HELP ferry_cache_spliced_bytes_total Of the bytes served from the local cache, those handed out to be sent from the cache file without ferry checking them again (spliced to the kernel, or copied where no pipe fits): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.
 # TYPE ferry_cache_spliced_bytes_total counter
 ferry_cache_spliced_bytes_total 4096
 `), "ferry_cache_spliced_bytes_total", "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes",
