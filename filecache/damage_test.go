@@ -2,6 +2,7 @@ package filecache
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -47,7 +48,14 @@ func TestDamagedIndexRecovers(t *testing.T) {
 		iterations = 30
 	}
 	child := func(dir string) (string, error) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestDamagedIndexChild$", "-test.count=1")
+		// A child that has not ended in a minute (it takes well under a
+		// second) is killed and counts as a failed start. Once, beside
+		// other tests under -race, a child that crashed (as some do, see
+		// above) stayed up for ten minutes at 20 GB resident, and the
+		// test timed out; it never recurred in 1800 starts alone.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDamagedIndexChild$", "-test.count=1")
 		// A race-enabled binary sleeps a second at exit unless told not to.
 		cmd.Env = append(os.Environ(), "FERRY_TEST_DAMAGED_CACHE="+dir,
 			"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
