@@ -113,17 +113,7 @@ func (s *Store) Spliceable(obj *bucket.Object, off, n int64) (f *os.File, releas
 	s.mu.Unlock()
 
 	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			s.mu.Lock()
-			var finish *entry
-			if s.unpinLocked(e) {
-				finish = e
-			}
-			s.mu.Unlock()
-			s.finishEvictions([]*entry{finish})
-		})
-	}
+	release = func() { once.Do(func() { s.unpin(e) }) }
 	f, err := s.fileFor(e, false)
 	var now fileStamp
 	if err == nil {

@@ -631,6 +631,13 @@ func (s *Store) WillRead(obj *bucket.Object, first, n int64) {
 	if f, err := s.fileFor(e, false); err == nil {
 		_ = unix.Fadvise(int(f.Fd()), first*s.blockSize, n*s.blockSize, unix.FADV_WILLNEED)
 	}
+	s.unpin(e)
+}
+
+// unpin drops a pin of e taken by a read that is done with its file,
+// and finishes e's eviction if that was the last pin of an evicted
+// entry.
+func (s *Store) unpin(e *entry) {
 	s.mu.Lock()
 	var finish *entry
 	if s.unpinLocked(e) {
