@@ -88,7 +88,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Splice lets Spliceable hand out data files for blocks that passed
 	// their CRC check since the store opened (splice.go). It costs an
-	// fstat per read and per write.
+	// fstat per read, and per write to a file with checked blocks.
 	Splice bool
 }
 
@@ -931,6 +931,9 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	s.reserved += need
 	e.pins++
 	e.writing++
+	// Stamps around the write only for a file with checked blocks to
+	// carry over (splice.go); one checked meanwhile is dropped instead.
+	restamp := s.splice && e.checkedStamp != (fileStamp{})
 	s.mu.Unlock()
 	s.finishEvictions(victims)
 
@@ -953,7 +956,7 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 	f, err := s.fileFor(e, true)
 	if err == nil {
 		var berr error
-		if s.splice {
+		if restamp {
 			before, berr = stampOf(f)
 		}
 		var n int
@@ -965,7 +968,7 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 		var st syscall.Stat_t
 		if syscall.Fstat(int(f.Fd()), &st) == nil {
 			alloc = st.Blocks * 512
-			after, stamped = stampFrom(&st), s.splice && berr == nil
+			after, stamped = stampFrom(&st), restamp && berr == nil
 		}
 	}
 	if err != nil {
