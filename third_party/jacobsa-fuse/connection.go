@@ -71,6 +71,8 @@ type Connection struct {
 	// version that we're using to talk to it.
 	dev      *os.File
 	protocol fusekernel.Protocol
+	// reader reads dev (devreader.go).
+	reader io.Reader
 
 	// passthrough: the kernel granted FUSE passthrough in Init.
 	passthrough bool
@@ -137,6 +139,7 @@ func newConnection(
 		errorLogger: errorLogger,
 		wireLogger:  wireLogger,
 		dev:         dev,
+		reader:      newDevReader(dev),
 		cancelFuncs: make(map[uint64]func()),
 		pipes:       make(chan *splicePipe, maxFreePipes),
 	}
@@ -429,7 +432,7 @@ func (c *Connection) readMessage() (*buffer.InMessage, error) {
 	// Loop past transient errors.
 	for {
 		// Attempt a read.
-		err := m.Init(c.dev)
+		err := m.Init(c.reader)
 
 		// Special cases:
 		//

@@ -152,7 +152,7 @@ func mount(dir string, cfg *MountConfig, ready chan<- error) (*os.File, error) {
 		}
 		dev, err := fusermount(fusermountPath, argv, []string{}, true, cfg.DebugLogger)
 		if err == nil {
-			return dev, nil
+			return nonblocking(dev), nil
 		}
 		// fusermount requires the mount user to have write access to the directory.
 		// However, it doesn't give a useful error on mount-failure if the access is missing.
@@ -162,7 +162,35 @@ func mount(dir string, cfg *MountConfig, ready chan<- error) (*os.File, error) {
 		}
 		return dev, err
 	}
-	return dev, err
+	if err != nil {
+		return nil, err
+	}
+	return nonblocking(dev), nil
+}
+
+// nonblocking returns dev, a mounted /dev/fuse, as a file that Go reads
+// through its poller (see devReader): a read that finds no request parks
+// the goroutine, where a blocking read(2) holds a thread in the kernel and
+// makes the runtime hand its processor to another thread and take one
+// back at every request. /dev/fuse supports poll; only before the mount
+// does it report an error (EPOLLERR), which Go's poller would keep, so
+// the file is made after mounting. os.NewFile makes a pollable file only
+// of a descriptor that is non-blocking when it is called: dev's is
+// duplicated, the copy made non-blocking (the open file is shared, so
+// both are) and dev closed. On any error dev is returned as it was, and
+// read as before. A descriptor passed in as /dev/fd/N is left alone.
+func nonblocking(dev *os.File) *os.File {
+	fd, err := unix.FcntlInt(dev.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return dev
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return dev
+	}
+	f := os.NewFile(uintptr(fd), dev.Name())
+	dev.Close()
+	return f
 }
 
 func parseFuseFd(dir string) (int, error) {

@@ -1,0 +1,107 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// gatedServer serves nothing until open is closed; then it reads one op
+// and reports what ReadOp returned.
+type gatedServer struct {
+	conn chan *Connection
+	open chan struct{}
+	got  chan error
+}
+
+func (s *gatedServer) ServeOps(c *Connection) {
+	s.conn <- c
+	<-s.open
+	for {
+		ctx, op, err := c.ReadOp()
+		if err != nil {
+			s.got <- err
+			return
+		}
+		c.Reply(ctx, syscall.ENOSYS) // StatFS and the like, sent by the kernel meanwhile
+		_ = op
+	}
+}
+
+// TestDeviceReadThroughPoller: a mount's device is non-blocking, so that
+// an idle connection waits in Go's poller, and a file system unmounted
+// while no read waits (the poller has seen the device's hang-up, EPOLLERR,
+// before the next read) still ends with io.EOF, not with the poller's
+// error, which would make ServeOps panic.
+func TestDeviceReadThroughPoller(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	dir := t.TempDir()
+	s := &gatedServer{conn: make(chan *Connection, 1), open: make(chan struct{}), got: make(chan error, 1)}
+	mfs, err := Mount(dir, s, &MountConfig{FSName: "devreader-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmounted := false
+	defer func() {
+		if !unmounted {
+			unix.Unmount(dir, unix.MNT_DETACH)
+		}
+		select {
+		case <-s.open:
+		default:
+			close(s.open)
+		}
+	}()
+	c := <-s.conn
+
+	// Non-blocking: O_NONBLOCK in the open file's flags.
+	fdinfo, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(int(c.dev.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags uint64
+	for _, l := range strings.Split(string(fdinfo), "\n") {
+		if v, ok := strings.CutPrefix(l, "flags:"); ok {
+			if flags, err = strconv.ParseUint(strings.TrimSpace(v), 8, 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if flags&unix.O_NONBLOCK == 0 {
+		t.Errorf("device flags %o: not O_NONBLOCK", flags)
+	}
+
+	// Unmount while nothing reads, and give the poller time to see it.
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	unmounted = true
+	time.Sleep(200 * time.Millisecond)
+	close(s.open)
+	select {
+	case err := <-s.got:
+		if !errors.Is(err, io.EOF) {
+			t.Errorf("ReadOp after the unmount: %v, want io.EOF", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadOp did not return after the unmount")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := mfs.Join(ctx); err != nil {
+		t.Errorf("Join: %v", err)
+	}
+}
