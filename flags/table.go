@@ -39,7 +39,7 @@ var Options = []Option{
 		Usage: "allow mounting over a directory that is not empty (its files are hidden while mounted)",
 		set:   func(c *Config, s string) error { c.NonEmpty = s == "true"; return nil }},
 	{Name: "max-background", Fstab: "max_background", Kind: Int, Default: "64", Category: catMount,
-		Usage: "kernel's limit on FUSE reads in flight for readahead (and its congestion threshold, 3/4 of it), set through /sys/fs/fuse/connections; 0 keeps the kernel's 12",
+		Usage: "kernel's limit on FUSE reads in flight for readahead (and its congestion threshold, 3/4 of it), given to the kernel at mount time; 0 keeps the kernel's 12",
 		set: func(c *Config, s string) error {
 			n, err := parseInt(s, 0, MaxBackground)
 			c.MaxBackground = int(n)

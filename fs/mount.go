@@ -26,8 +26,8 @@ type MountOptions struct {
 	ReadAheadKB int
 	// MaxBackground sets how many async requests (readahead) the kernel
 	// keeps in flight on the connection, and its congestion threshold to
-	// 3/4 of it (/sys/fs/fuse/connections/<dev>/); 0 keeps the kernel's
-	// 12 and 9. jacobsa/fuse fixes both in FUSE_INIT.
+	// 3/4 of it, in FUSE_INIT; 0 keeps the kernel's 12 and 9. At most
+	// 65535.
 	MaxBackground int
 	// FSName is shown by mount(8) and in /proc/mounts, e.g. the bucket URL;
 	// "" uses Config.Bucket.Name().
@@ -119,6 +119,13 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// Files read at random are opened for direct I/O (splice.go),
 		// and must still map.
 		EnableDirectIOAllowMmap: fsys.sp.on,
+		// The kernel's queue of readahead requests (12 by default, 9
+		// before it throttles): at 12, 4 sequential readers of cache
+		// files kept the disk less busy than the same readers of local
+		// files did (docs/operations.md). Set in FUSE_INIT, so that it
+		// holds where the FUSE control file system is not mounted
+		// (containers).
+		MaxBackground: uint16(min(max(opts.MaxBackground, 0), 65535)),
 	}
 	if opts.Debug {
 		mc.DebugLogger = slog.NewLogLogger(fsys.log.Handler(), slog.LevelDebug)
@@ -163,36 +170,7 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 			fsys.log.Warn("fs: cannot set kernel readahead", "dir", dir, "kb", opts.ReadAheadKB, "err", err)
 		}
 	}
-	if opts.MaxBackground > 0 {
-		if err := setMaxBackground(dir, opts.MaxBackground); errors.Is(err, errNoFusectl) {
-			// The FUSE control file system is not mounted (systemd mounts
-			// it at boot; containers often do not have it).
-			fsys.log.Info("fs: kernel FUSE queue left at 12 requests: the FUSE control file system is not mounted; as root, mount -t fusectl none "+fuseConnections,
-				"dir", dir)
-		} else if err != nil {
-			fsys.log.Warn("fs: cannot set the kernel FUSE queue", "dir", dir, "max_background", opts.MaxBackground, "err", err)
-		}
-	}
 	return mfs, nil
-}
-
-// fuseConnections is where the FUSE control file system (fusectl) shows
-// each connection's tunables, in a directory named by the mount's device
-// number.
-const fuseConnections = "/sys/fs/fuse/connections"
-
-// errNoFusectl: the mount has no directory in fuseConnections (fusectl
-// is not mounted, or dir is not a FUSE mount).
-var errNoFusectl = errors.New("no FUSE control directory")
-
-// connectionDir is dir's FUSE connection in fusectl, named by the kernel's
-// device number of the mount (major << 20 | minor; FUSE's major is 0).
-func connectionDir(dir string) (string, error) {
-	major, minor, err := mountDev(dir)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(fuseConnections, strconv.FormatUint(uint64(major)<<20|uint64(minor), 10)), nil
 }
 
 // mountDev is the device number of the file system mounted at dir.
@@ -203,25 +181,6 @@ func mountDev(dir string) (major, minor uint32, err error) {
 	}
 	dev := uint64(st.Dev)
 	return unix.Major(dev), unix.Minor(dev), nil
-}
-
-// setMaxBackground raises the kernel's queue of async requests for the
-// mount at dir, and its congestion threshold with it: at 12 requests (9
-// before the kernel throttles readahead), 4 sequential readers of cache
-// files kept the disk less busy than the same readers of local files
-// did (docs/operations.md).
-func setMaxBackground(dir string, n int) error {
-	d, err := connectionDir(dir)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: %s", errNoFusectl, d)
-	}
-	if err := os.WriteFile(filepath.Join(d, "max_background"), []byte(strconv.Itoa(n)+"\n"), 0); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(d, "congestion_threshold"), []byte(strconv.Itoa(max(1, n*3/4))+"\n"), 0)
 }
 
 // bdiPath is the sysfs file of the mount's readahead: fuse registers its

@@ -207,6 +207,7 @@ func (c *Connection) Init() error {
 	initOp.Library = c.protocol
 	initOp.MaxReadahead = maxReadahead
 	initOp.MaxWrite = c.cfg.MaxWrite
+	initOp.MaxBackground = c.cfg.MaxBackground
 
 	initOp.Flags = 0
 

@@ -1041,6 +1041,10 @@ func (c *Connection) kernelResponseForOp(
 		// Default values
 		out.MaxBackground = 12
 		out.CongestionThreshold = 9
+		if o.MaxBackground > 0 {
+			out.MaxBackground = o.MaxBackground
+			out.CongestionThreshold = max(1, uint16(uint32(o.MaxBackground)*3/4))
+		}
 		out.MaxWrite = o.MaxWrite
 		out.TimeGran = 1
 		out.MaxPages = o.MaxPages

@@ -54,6 +54,7 @@ func initRequest(minor, flags uint32, ext bool, flags2 uint32) []byte {
 // initOut is the part of struct fuse_init_out these tests look at.
 type initOut struct {
 	minor, flags, flags2, maxStackDepth uint32
+	maxBackground, congestionThreshold  uint16
 }
 
 // negotiate runs Connection.Init against a fake kernel that sends req and
@@ -110,6 +111,9 @@ func connect(t *testing.T, cfg MountConfig, req []byte) (*Connection, *os.File, 
 		flags:         le.Uint32(o[12:]),
 		flags2:        le.Uint32(o[32:]),
 		maxStackDepth: le.Uint32(o[36:]),
+		// max_background and congestion_threshold follow flags.
+		maxBackground:       le.Uint16(o[16:]),
+		congestionThreshold: le.Uint16(o[18:]),
 	}
 }
 
@@ -188,5 +192,20 @@ func TestOpenReplyNamesBackingFile(t *testing.T) {
 	fh, flags, id = openOut(t, &fuseops.OpenFileOp{Handle: 9, KeepPageCache: true})
 	if fh != 9 || flags&fopenPassthrough != 0 || id != 0 {
 		t.Errorf("plain open: fh %d, open_flags %#x, backing_id %d; want no passthrough", fh, flags, id)
+	}
+}
+
+// TestInitSetsMaxBackground: MountConfig.MaxBackground reaches the kernel
+// in FUSE_INIT, with a congestion threshold of 3/4 of it; unset, the
+// kernel gets upstream's 12 and 9.
+func TestInitSetsMaxBackground(t *testing.T) {
+	for _, tc := range []struct {
+		set, wantMax, wantCong uint16
+	}{{0, 12, 9}, {64, 64, 48}, {1, 1, 1}, {65535, 65535, 49151}} {
+		_, out := negotiate(t, MountConfig{MaxBackground: tc.set}, initRequest(45, fuseInitExt, true, 0))
+		if out.maxBackground != tc.wantMax || out.congestionThreshold != tc.wantCong {
+			t.Errorf("MaxBackground %d: max_background %d, congestion_threshold %d; want %d, %d",
+				tc.set, out.maxBackground, out.congestionThreshold, tc.wantMax, tc.wantCong)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -210,40 +209,10 @@ func (b *bench) unmount(m *Mount) {
 	}
 }
 
-// fusectlDir is where the FUSE control file system shows each FUSE
-// connection's tunables; ferry raises max_background there.
-const fusectlDir = "/sys/fs/fuse/connections"
-
-// mountFusectl mounts the FUSE control file system if it is not mounted
-// (systemd mounts it at boot; this machine's image does not), so that
-// ferry measures with its --max-background as it would on such a host.
-// It returns what undoes it.
-func (b *bench) mountFusectl() func() {
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return func() {}
-	}
-	if fstype, ok := mountedAt(mi, fusectlDir); ok && fstype == "fusectl" {
-		return func() {}
-	}
-	if err := syscall.Mount("none", fusectlDir, "fusectl", 0, ""); err != nil {
-		b.logf("cannot mount fusectl on %s (%v): ferry keeps the kernel's queue of 12 FUSE requests", fusectlDir, err)
-		b.report.Notes = append(b.report.Notes, fmt.Sprintf("The FUSE control file system could not be mounted (%v): ferry ran with the kernel's 12 async FUSE requests, not --max-background.", err))
-		return func() {}
-	}
-	b.logf("mounted fusectl on %s for the run", fusectlDir)
-	return func() {
-		if err := syscall.Unmount(fusectlDir, 0); err != nil {
-			b.logf("unmount %s: %v", fusectlDir, err)
-		}
-	}
-}
-
 // runFerry runs groups of workloads through ferry: each group gets a fresh
 // cache and mount (cold), is read again on it (warm), then on a new ferry
 // process over the same cache (remount).
 func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
-	defer b.mountFusectl()()
 	for gi, group := range groups {
 		cacheDir := filepath.Join(b.opts.WorkDir, fmt.Sprintf("cache-%02d", gi))
 		if err := os.RemoveAll(cacheDir); err != nil {
