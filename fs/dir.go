@@ -30,6 +30,14 @@ type dirHandle struct {
 	lastKey  string         // GUARDED_BY(mu); greatest object name or prefix listed so far
 	complete bool           // GUARDED_BY(mu); every page has been read
 	seq      uint64         // GUARDED_BY(mu); metaCache.begin of the first page, 0 before
+
+	// Whether readdirplus pages give attributes (listuse.go): plusAll
+	// for the whole listing, plusStick from a lookup on; lookupsSeen is
+	// listUse's count of the directory's lookups at the page before, and
+	// handed the entries handed out so far.
+	plusAll, plusStick bool   // GUARDED_BY(mu)
+	lookupsSeen        uint64 // GUARDED_BY(mu)
+	handed             int    // GUARDED_BY(mu)
 }
 
 // settled reports whether entry i can no longer change: a file "x" may
@@ -183,7 +191,12 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for i := int(op.Offset); ; i++ {
+	attrs := plus && fs.lu.listingPage(h, int(op.Offset))
+	i := int(op.Offset)
+	if plus {
+		defer func() { fs.lu.handedOut(h, i) }()
+	}
+	for ; ; i++ {
 		for !h.complete && (i >= len(h.entries) || !h.settled(i)) {
 			if err := fs.fetchPage(ctx, h); err != nil {
 				if op.BytesRead > 0 {
@@ -220,18 +233,25 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 		// the name is gone or changed kind since, it is listed without an
 		// entry (child 0: the kernel caches nothing for it).
 		ent := e.entry
-		if cur, ok := fs.cache.newest(childPath(h.path, e.name), ent.seq); ok {
-			if cur.kind != ent.kind {
-				fs.mu.Lock()
-				d.Inode = fs.direntInode(h.path, e)
-				fs.mu.Unlock()
-				n := fuseutil.WriteDirentPlus(buf, fuseutil.DirentPlus{Dirent: d})
-				if n == 0 {
-					return nil
-				}
-				op.BytesRead += n
-				continue
+		var cur entry
+		newer := false
+		if attrs {
+			cur, newer = fs.cache.newest(childPath(h.path, e.name), ent.seq)
+		}
+		if !attrs || newer && cur.kind != ent.kind {
+			// Names only (listuse.go), or the name is gone or changed
+			// kind since the listing.
+			fs.mu.Lock()
+			d.Inode = fs.direntInode(h.path, e)
+			fs.mu.Unlock()
+			n := fuseutil.WriteDirentPlus(buf, fuseutil.DirentPlus{Dirent: d})
+			if n == 0 {
+				return nil
 			}
+			op.BytesRead += n
+			continue
+		}
+		if newer {
 			ent = cur
 		}
 		fs.mu.Lock()

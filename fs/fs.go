@@ -158,6 +158,7 @@ type fileSystem struct {
 	sp           spliceState
 	ready        *readier
 	cache        *metaCache
+	lu           listUse // what listings answer with (listuse.go)
 	prefetch     *dirPrefetcher
 	ahead        *aheader
 	resolves     singleflight.Group // one fetch per name at a time
@@ -740,6 +741,7 @@ func (fs *fileSystem) LookUpInode(ctx context.Context, op *fuseops.LookUpInodeOp
 		fs.countHidden(path)
 		return syscall.ENOENT
 	}
+	fs.lu.used(parent.path, true)
 	e, err := fs.resolve(ctx, path)
 	if err != nil {
 		return fs.errno("lookup", path, err)
@@ -847,6 +849,8 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	if in.dir {
 		return syscall.EISDIR
 	}
+	dir, _ := splitPath(in.path)
+	fs.lu.used(dir, false)
 	obj := own
 	// A versioned inode opens its own version, unless ferry knows of a
 	// newer one. With --metadata-ttl 0 there is nothing to know: the

@@ -614,6 +614,21 @@ func TestReadDirError(t *testing.T) {
 	assert.Equal(t, syscall.EACCES, fs.ReadDir(ctx, op))
 }
 
+// usedListing makes dir a directory whose listings are used
+// (listuse.go), so that every page of its next listing gives attributes:
+// it lists dir in one page and looks up every entry, then gives back the
+// references that took.
+func usedListing(t *testing.T, fs *fileSystem, dir fuseops.InodeID) {
+	t.Helper()
+	ctx := context.Background()
+	for _, de := range readDir(t, fs, dir, 1<<16, true) {
+		e, err := lookUp(fs, dir, de.name)
+		require.NoError(t, err)
+		require.Equal(t, de.ino, uint64(e.Child))
+		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 2}))
+	}
+}
+
 func TestReadDirPlusTakesReferences(t *testing.T) {
 	b := newTestBucket()
 	b.put("d/a", []byte("aa"))
@@ -622,6 +637,8 @@ func TestReadDirPlusTakesReferences(t *testing.T) {
 	fs := newTestFS(t, b, newFakeClock(), nil)
 	d, err := lookUp(fs, fuseops.RootInodeID, "d")
 	require.NoError(t, err)
+	usedListing(t, fs, d.Child)
+	require.Equal(t, 2, fs.inodeCount())
 	// 200 bytes fit one direntplus at a time: every call is partial.
 	ds := readDir(t, fs, d.Child, 200, true)
 	require.Equal(t, []string{"a", "b", "e"}, names(ds))

@@ -104,10 +104,10 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// Lookups and readdirs of one directory in parallel (a data loader
 		// opening thousands of files in one directory).
 		EnableParallelDirOps: true,
-		// `ls -l` and data loaders stat every entry: give attributes with
-		// the listing; the kernel falls back to plain readdir when unused.
+		// Every listing page is a readdirplus, and ferry chooses which
+		// give attributes (listuse.go), not the kernel ("auto").
 		EnableReaddirplus:     true,
-		EnableAutoReaddirplus: true,
+		EnableAutoReaddirplus: false,
 		// 256 pages = 1 MiB per FUSE read, the most the kernel allows
 		// without raising /proc/sys/fs/fuse/max_pages_limit, and the most
 		// jacobsa/fuse serves from its own buffer (Dst). It also sets

@@ -234,6 +234,41 @@ func TestMountNoFlush(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "every close is released")
 }
 
+// TestMountListingAnswersLookups: a loader lists a directory, then opens
+// every file. The first time, the kernel looks up the names past the
+// listing's first page (ferry gives their attributes only once it has
+// seen them used); after that, every page of the next listing carries
+// attributes, and reading every file again, with the kernel's dentries
+// dropped in between, costs no lookup at all.
+func TestMountListingAnswersLookups(t *testing.T) {
+	b := newTestBucket()
+	const n = 300 // about 25 readdirplus entries fit a 4 KiB page
+	for i := range n {
+		b.put(fmt.Sprintf("d/f%03d", i), randomBytes(10+i, uint64(i)))
+	}
+	reg := prometheus.NewRegistry()
+	dir, fsys := mount(t, b, func(c *Config) { c.Registerer = reg }, MountOptions{})
+	lookups := func() float64 { return testutil.ToFloat64(fsys.ops.ops.WithLabelValues("lookup")) }
+	epoch := func() float64 {
+		dropCaches(t)
+		es, err := os.ReadDir(filepath.Join(dir, "d"))
+		require.NoError(t, err)
+		require.Len(t, es, n)
+		before := lookups()
+		for i, e := range es {
+			got, err := readFile(filepath.Join(dir, "d", e.Name()))
+			require.NoError(t, err)
+			require.Equal(t, randomBytes(10+i, uint64(i)), got, e.Name())
+		}
+		return lookups() - before
+	}
+	first := epoch()
+	assert.Greater(t, first, float64(n/2), "lookups after the first listing")
+	assert.Zero(t, epoch(), "lookups after the second listing")
+	assert.Zero(t, epoch(), "lookups after the third listing")
+	t.Logf("lookups after the first listing of %d files: %v", n, first)
+}
+
 func TestMountTree(t *testing.T) {
 	b := newTestBucket()
 	long := strings.Repeat("L", 300)

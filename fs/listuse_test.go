@@ -1,0 +1,170 @@
+package fs
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/jacobsa/fuse/fuseops"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// plusChildren reads one readdirplus page of handle h at off and returns
+// each entry's child inode (0: names only) and the offset after it.
+func plusChildren(t *testing.T, fs *fileSystem, dir fuseops.InodeID, h fuseops.HandleID, off fuseops.DirOffset) ([]uint64, fuseops.DirOffset) {
+	t.Helper()
+	p := &fuseops.ReadDirPlusOp{ReadDirOp: fuseops.ReadDirOp{Inode: dir, Handle: h, Offset: off, Dst: make([]byte, 4096)}}
+	require.NoError(t, fs.ReadDirPlus(context.Background(), p))
+	buf := p.Dst[:p.BytesRead]
+	var kids []uint64
+	for len(buf) > 0 {
+		kids = append(kids, binary.NativeEndian.Uint64(buf[0:])) // fuse_entry_out.nodeid
+		d := buf[40+88:]
+		off = fuseops.DirOffset(binary.NativeEndian.Uint64(d[8:]))
+		n := int(binary.NativeEndian.Uint32(d[16:]))
+		buf = d[24+(n+7)&^7:]
+	}
+	require.NotEmpty(t, kids, "page at %d", off)
+	return kids, off
+}
+
+// pages lists dir whole through one handle and reports, page by page,
+// whether the page gave attributes (every entry has a child) or names
+// only (none has); between pages it calls between(i) after page i.
+func pages(t *testing.T, fs *fileSystem, dir fuseops.InodeID, between func(i int)) []bool {
+	t.Helper()
+	ctx := context.Background()
+	open := &fuseops.OpenDirOp{Inode: dir}
+	require.NoError(t, fs.OpenDir(ctx, open))
+	defer fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: open.Handle})
+	var got []bool
+	var off fuseops.DirOffset
+	for i := 0; ; i++ {
+		p := &fuseops.ReadDirPlusOp{ReadDirOp: fuseops.ReadDirOp{Inode: dir, Handle: open.Handle, Offset: off, Dst: make([]byte, 4096)}}
+		require.NoError(t, fs.ReadDirPlus(ctx, p))
+		if p.BytesRead == 0 {
+			return got
+		}
+		var kids []uint64
+		kids, off = plusChildren(t, fs, dir, open.Handle, off)
+		with := 0
+		for _, k := range kids {
+			if k != 0 {
+				with++
+			}
+		}
+		require.True(t, with == 0 || with == len(kids), "page %d: %d of %d entries with attributes", i, with, len(kids))
+		got = append(got, with > 0)
+		if between != nil {
+			between(i)
+		}
+	}
+}
+
+// useAll looks up and opens (lookup) or only opens every file of dir,
+// as a loader does after a listing, with or without the kernel holding
+// the names' dentries.
+func useAll(t *testing.T, fs *fileSystem, dir fuseops.InodeID, n int, lookup bool) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		name := fmt.Sprintf("f%03d", i)
+		var child fuseops.InodeID
+		if lookup {
+			e, err := lookUp(fs, dir, name)
+			require.NoError(t, err)
+			child = e.Child
+		} else {
+			// The kernel's dentry from the listing: the inode the
+			// readdirplus entry handed out (take it without a lookup
+			// through ferry's own table).
+			fs.mu.Lock()
+			path := childPath(fs.inodes[dir].path, name)
+			for id, in := range fs.inodes {
+				if in.path == path {
+					child = id
+				}
+			}
+			fs.mu.Unlock()
+			require.NotZero(t, child, name)
+		}
+		op := &fuseops.OpenFileOp{Inode: child}
+		require.NoError(t, fs.OpenFile(ctx, op))
+		require.NoError(t, fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}))
+	}
+}
+
+// TestListingAttributes: which readdirplus pages give attributes
+// (listuse.go). The first page of a listing always; later pages once a
+// child was looked up since the handle's page before, and then to the
+// end; every page while the directory's recent listings were followed by
+// lookups and opens of at least a quarter as many children as they
+// handed out.
+func TestListingAttributes(t *testing.T) {
+	b := newTestBucket()
+	const n = 200
+	for i := range n {
+		b.put(fmt.Sprintf("d/f%03d", i), []byte("x"))
+		b.put(fmt.Sprintf("e/f%03d", i), []byte("x"))
+	}
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	e, err := lookUp(fs, fuseops.RootInodeID, "e")
+	require.NoError(t, err)
+	allWith := func(got []bool, what string) {
+		t.Helper()
+		for i, with := range got {
+			assert.True(t, with, "%s: page %d", what, i)
+		}
+	}
+	namesOnly := func(got []bool, what string) {
+		t.Helper()
+		require.Greater(t, len(got), 4, what)
+		assert.True(t, got[0], "%s: the first page", what)
+		for i, with := range got[1:] {
+			assert.False(t, with, "%s: page %d", what, i+1)
+		}
+	}
+
+	// A names-only lister (`ls`, `find`): the first page only. (pages
+	// reads every page twice: a page read again is no new listing.)
+	namesOnly(pages(t, fs, d.Child, nil), "names-only listing")
+
+	// A lister that stats what it lists (`ls -l`): from its first lookup
+	// on, every page.
+	got := pages(t, fs, d.Child, func(i int) {
+		if i == 1 {
+			_, err := lookUp(fs, d.Child, "f000")
+			require.NoError(t, err)
+		}
+	})
+	assert.Equal(t, []bool{true, false}, got[:2])
+	allWith(got[2:], "after a lookup")
+	// One lookup in two listings is too little use.
+	namesOnly(pages(t, fs, d.Child, nil), "listing after little use")
+
+	// A loader: it lists, then looks up and opens every file; from then
+	// on every page of its listings has attributes, while it opens the
+	// files (now without lookups: the kernel has the names).
+	namesOnly(pages(t, fs, e.Child, nil), "loader's first listing")
+	useAll(t, fs, e.Child, n, true)
+	for epoch := range 4 {
+		allWith(pages(t, fs, e.Child, nil), fmt.Sprintf("loader's listing %d", epoch+2))
+		useAll(t, fs, e.Child, n, false)
+	}
+	// Listings that nobody uses any more go back to names only, soon.
+	unused := 0
+	for ; unused < 8; unused++ {
+		if got := pages(t, fs, e.Child, nil); !got[1] {
+			namesOnly(got, "unused")
+			break
+		}
+	}
+	assert.Less(t, unused, 8, "listings with attributes after the last use")
+	assert.Positive(t, unused, "the first listing after the last use still has them")
+	t.Logf("%d listings with attributes after the last use", unused)
+	fs.checkInvariants()
+}
