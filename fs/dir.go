@@ -32,12 +32,12 @@ type dirHandle struct {
 	seq      uint64         // GUARDED_BY(mu); metaCache.begin of the first page, 0 before
 
 	// Whether readdirplus pages give attributes (listuse.go): plusAll
-	// for the whole listing, plusStick from a lookup on; lookupsSeen is
-	// listUse's count of the directory's lookups at the page before, and
-	// handed the entries handed out so far.
-	plusAll, plusStick bool   // GUARDED_BY(mu)
-	lookupsSeen        uint64 // GUARDED_BY(mu)
-	handed             int    // GUARDED_BY(mu)
+	// for the whole listing, plusStick from a lookup on; use is the
+	// directory's record, and lookupsSeen its count of lookups at the
+	// page before.
+	plusAll, plusStick bool    // GUARDED_BY(mu)
+	use                *dirUse // GUARDED_BY(mu)
+	lookupsSeen        uint64  // GUARDED_BY(mu)
 }
 
 // settled reports whether entry i can no longer change: a file "x" may
@@ -191,10 +191,10 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	attrs := plus && fs.lu.listingPage(h, int(op.Offset))
+	attrs := plus && fs.lu.listingPage(h, int(op.Offset), fs.now())
 	i := int(op.Offset)
 	if plus {
-		defer func() { fs.lu.handedOut(h, i) }()
+		defer func() { fs.lu.handedOut(h, min(i, len(h.entries))) }()
 	}
 	for ; ; i++ {
 		for !h.complete && (i >= len(h.entries) || !h.settled(i)) {

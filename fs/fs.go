@@ -741,7 +741,6 @@ func (fs *fileSystem) LookUpInode(ctx context.Context, op *fuseops.LookUpInodeOp
 		fs.countHidden(path)
 		return syscall.ENOENT
 	}
-	fs.lu.used(parent.path, true)
 	e, err := fs.resolve(ctx, path)
 	if err != nil {
 		return fs.errno("lookup", path, err)
@@ -749,6 +748,7 @@ func (fs *fileSystem) LookUpInode(ctx context.Context, op *fuseops.LookUpInodeOp
 	if e.kind == kindNone {
 		return syscall.ENOENT
 	}
+	fs.lu.used(parent.path, true)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	op.Entry = fs.childEntry(fs.acquire(path, e))

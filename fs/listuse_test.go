@@ -99,9 +99,8 @@ func useAll(t *testing.T, fs *fileSystem, dir fuseops.InodeID, n int, lookup boo
 // TestListingAttributes: which readdirplus pages give attributes
 // (listuse.go). The first page of a listing always; later pages once a
 // child was looked up since the handle's page before, and then to the
-// end; every page while the directory's recent listings were followed by
-// lookups and opens of at least a quarter as many children as they
-// handed out.
+// end; every page of the listings that follow a cycle whose files were
+// used, until listings go unused for a while.
 func TestListingAttributes(t *testing.T) {
 	b := newTestBucket()
 	const n = 200
@@ -109,7 +108,8 @@ func TestListingAttributes(t *testing.T) {
 		b.put(fmt.Sprintf("d/f%03d", i), []byte("x"))
 		b.put(fmt.Sprintf("e/f%03d", i), []byte("x"))
 	}
-	fs := newTestFS(t, b, newFakeClock(), nil)
+	clock := newFakeClock()
+	fs := newTestFS(t, b, clock, nil)
 	d, err := lookUp(fs, fuseops.RootInodeID, "d")
 	require.NoError(t, err)
 	e, err := lookUp(fs, fuseops.RootInodeID, "e")
@@ -129,9 +129,11 @@ func TestListingAttributes(t *testing.T) {
 		}
 	}
 
-	// A names-only lister (`ls`, `find`): the first page only. (pages
-	// reads every page twice: a page read again is no new listing.)
+	// A names-only lister (`ls`, `find`): the first page only, and no
+	// inode for the names of the other pages. (pages reads every page
+	// twice: a page read again is no new listing.)
 	namesOnly(pages(t, fs, d.Child, nil), "names-only listing")
+	assert.Less(t, fs.inodeCount(), 3+n/4, "inodes after a names-only listing")
 
 	// A lister that stats what it lists (`ls -l`): from its first lookup
 	// on, every page.
@@ -143,28 +145,33 @@ func TestListingAttributes(t *testing.T) {
 	})
 	assert.Equal(t, []bool{true, false}, got[:2])
 	allWith(got[2:], "after a lookup")
-	// One lookup in two listings is too little use.
+	// One lookup after a listing is too little use; a failed one does
+	// not count.
+	for range 100 {
+		_, err := lookUp(fs, d.Child, "no-such-name")
+		require.Error(t, err)
+	}
 	namesOnly(pages(t, fs, d.Child, nil), "listing after little use")
 
 	// A loader: it lists, then looks up and opens every file; from then
 	// on every page of its listings has attributes, while it opens the
-	// files (now without lookups: the kernel has the names).
+	// files (now without lookups: the kernel has the names), however
+	// many listers list it before the files are opened.
 	namesOnly(pages(t, fs, e.Child, nil), "loader's first listing")
 	useAll(t, fs, e.Child, n, true)
-	for epoch := range 4 {
-		allWith(pages(t, fs, e.Child, nil), fmt.Sprintf("loader's listing %d", epoch+2))
+	for epoch := range 3 {
+		for lister := range 3 {
+			allWith(pages(t, fs, e.Child, nil), fmt.Sprintf("epoch %d, lister %d", epoch+2, lister))
+		}
 		useAll(t, fs, e.Child, n, false)
 	}
-	// Listings that nobody uses any more go back to names only, soon.
-	unused := 0
-	for ; unused < 8; unused++ {
-		if got := pages(t, fs, e.Child, nil); !got[1] {
-			namesOnly(got, "unused")
-			break
-		}
+	// Listings that nobody uses any more keep attributes for a while:
+	// unusedListings listings and unusedAge.
+	for i := range unusedListings {
+		allWith(pages(t, fs, e.Child, nil), fmt.Sprintf("unused listing %d", i))
 	}
-	assert.Less(t, unused, 8, "listings with attributes after the last use")
-	assert.Positive(t, unused, "the first listing after the last use still has them")
-	t.Logf("%d listings with attributes after the last use", unused)
+	clock.Advance(unusedAge)
+	namesOnly(pages(t, fs, e.Child, nil), "after unused listings")
+	namesOnly(pages(t, fs, e.Child, nil), "and after that")
 	fs.checkInvariants()
 }

