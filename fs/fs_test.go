@@ -122,23 +122,27 @@ func walk(t *testing.T, fs *fileSystem, path string) (fuseops.ChildInodeEntry, e
 }
 
 type dirent struct {
-	ino  uint64
-	off  uint64
-	name string
-	typ  uint32
+	ino   uint64
+	off   uint64
+	name  string
+	typ   uint32
+	child uint64 // readdirplus: fuse_entry_out.nodeid, 0 for a name only
 }
 
 // parseDirents decodes fuse_dirent records (or fuse_direntplus when plus).
 func parseDirents(buf []byte, plus bool) []dirent {
 	var out []dirent
 	for len(buf) > 0 {
+		var child uint64
 		if plus {
+			child = binary.NativeEndian.Uint64(buf[0:])
 			buf = buf[40+88:]
 		}
 		d := dirent{
-			ino: binary.NativeEndian.Uint64(buf[0:]),
-			off: binary.NativeEndian.Uint64(buf[8:]),
-			typ: binary.NativeEndian.Uint32(buf[20:]),
+			ino:   binary.NativeEndian.Uint64(buf[0:]),
+			off:   binary.NativeEndian.Uint64(buf[8:]),
+			typ:   binary.NativeEndian.Uint32(buf[20:]),
+			child: child,
 		}
 		n := int(binary.NativeEndian.Uint32(buf[16:]))
 		d.name = string(buf[24 : 24+n])
@@ -152,13 +156,21 @@ func parseDirents(buf []byte, plus bool) []dirent {
 // reads, as the kernel would.
 func readDir(t *testing.T, fs *fileSystem, ino fuseops.InodeID, bufSize int, plus bool) []dirent {
 	t.Helper()
+	var all []dirent
+	readDirPages(t, fs, ino, bufSize, plus, func(_ int, ds []dirent) { all = append(all, ds...) })
+	return all
+}
+
+// readDirPages is readDir that hands each read's entries to page (i
+// counts the reads) before the next read.
+func readDirPages(t *testing.T, fs *fileSystem, ino fuseops.InodeID, bufSize int, plus bool, page func(i int, ds []dirent)) {
+	t.Helper()
 	ctx := context.Background()
 	open := &fuseops.OpenDirOp{Inode: ino}
 	require.NoError(t, fs.OpenDir(ctx, open))
 	defer fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: open.Handle})
-	var all []dirent
 	var off fuseops.DirOffset
-	for {
+	for i := 0; ; i++ {
 		op := &fuseops.ReadDirOp{Inode: ino, Handle: open.Handle, Offset: off, Dst: make([]byte, bufSize)}
 		if plus {
 			p := &fuseops.ReadDirPlusOp{ReadDirOp: *op}
@@ -168,10 +180,10 @@ func readDir(t *testing.T, fs *fileSystem, ino fuseops.InodeID, bufSize int, plu
 			require.NoError(t, fs.ReadDir(ctx, op))
 		}
 		if op.BytesRead == 0 {
-			return all
+			return
 		}
 		ds := parseDirents(op.Dst[:op.BytesRead], plus)
-		all = append(all, ds...)
+		page(i, ds)
 		off = fuseops.DirOffset(ds[len(ds)-1].off)
 	}
 }
