@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"cmp"
 	"sync"
 	"time"
 )
@@ -35,28 +36,30 @@ import (
 //     kernel's revalidations of names it holds, which ferry does not see,
 //     so ferry switches for good);
 //   - or the directory's files were used after its listings: every page
-//     of the listings of a cycle, when the cycle before saw lookups and
-//     opens of its children (a lookup and an open count one each; what
-//     a lookup did not find does not count) at least a quarter as many
-//     as the most entries one listing handed out. A cycle begins with a
-//     listing that finds the directory's children used since the cycle
-//     before began; so the listings of several listers at once, or of
-//     one listing read again from its start, fall in one cycle, and the
-//     files opened after them decide the next. A cycle whose files are
-//     not used ends, with names only, after unusedListings listings and
-//     unusedAge: a directory nobody opens files of any more goes back to
-//     names only.
+//     of the listings of a cycle that began when the one before it saw
+//     enough use. A cycle's use is the larger of the lookups that found
+//     one of the directory's children and the opens of them (a file
+//     looked up and opened counts once, with the kernel holding its name
+//     or not); enough is a quarter of the most entries one listing handed
+//     out. A listing that finds enough use begins a new cycle with
+//     attributes; a listing that finds the cycle with too little use
+//     after unusedListings listings and unusedAge begins one with names
+//     only; any other listing joins the cycle. So several listers, one
+//     after the other while the files are being opened, or a listing
+//     read again from its start, fall in one cycle, and a directory
+//     nobody opens files of any more goes back to names only.
 //
 // What is remembered: that, per directory, for at most dirsTracked
 // directories (then forgotten all at once).
 type listUse struct {
-	mu   sync.Mutex
-	dirs map[string]*dirUse // GUARDED_BY(mu); by directory path
+	mu    sync.Mutex
+	dirs  map[string]*dirUse // GUARDED_BY(mu); by directory path
+	limit int                // directories remembered; 0 is dirsTracked (tests lower it)
 }
 
 const (
 	// unusedListings listings of a directory, over at least unusedAge,
-	// with no use of its files between them end a cycle with attributes.
+	// with too little use of its files end its cycle.
 	unusedListings = 16
 	unusedAge      = time.Minute
 )
@@ -64,11 +67,12 @@ const (
 // dirUse is how one directory's listings are used.
 type dirUse struct {
 	size     int       // the most entries one listing handed out
-	used     int       // lookups and opens of children in this cycle
+	found    int       // lookups that found a child, in this cycle
+	opens    int       // opens of children, in this cycle
 	listings int       // listings begun in this cycle
 	began    time.Time // when this cycle began
 	full     bool      // this cycle's listings give attributes on every page
-	lookups  uint64    // lookups of children since the directory was first listed
+	lookups  uint64    // lookups that found a child, since first listed
 }
 
 // listingPage reports whether the readdirplus page of h at offset off
@@ -80,20 +84,21 @@ func (l *listUse) listingPage(h *dirHandle, off int, now time.Time) bool {
 	defer l.mu.Unlock()
 	u, ok := l.dirs[h.path]
 	if !ok {
-		if l.dirs == nil || len(l.dirs) >= dirsTracked {
+		if l.dirs == nil || len(l.dirs) >= cmp.Or(l.limit, dirsTracked) {
 			l.dirs = make(map[string]*dirUse)
 		}
 		u = &dirUse{began: now}
 		l.dirs[h.path] = u
 	}
 	if off == 0 {
+		use := max(u.found, u.opens)
 		switch {
-		case u.used > 0:
-			u.full = 4*u.used >= u.size
-			u.used, u.listings, u.began = 0, 0, now
+		case use > 0 && 4*use >= u.size:
+			u.full = true
+			u.found, u.opens, u.listings, u.began = 0, 0, 0, now
 		case u.listings >= unusedListings && now.Sub(u.began) >= unusedAge:
 			u.full = false
-			u.listings, u.began = 0, now
+			u.found, u.opens, u.listings, u.began = 0, 0, 0, now
 		}
 		u.listings++
 		h.use, h.plusAll, h.plusStick, h.lookupsSeen = u, u.full, false, u.lookups
@@ -130,8 +135,10 @@ func (l *listUse) used(dir string, lookup bool) {
 	if !ok {
 		return
 	}
-	u.used++
 	if lookup {
+		u.found++
 		u.lookups++
+	} else {
+		u.opens++
 	}
 }

@@ -134,13 +134,92 @@ func TestListingAttributes(t *testing.T) {
 		}
 		useAll(t, fs, e.Child, n, false)
 	}
+	// Listers one after the other while the files are opened fall in
+	// one cycle: the second, after one open, still has attributes.
+	allWith(pages(t, fs, e.Child, nil), "lister A")
+	useAll(t, fs, e.Child, 1, false)
+	allWith(pages(t, fs, e.Child, nil), "lister B, after A opened a file")
+
 	// Listings that nobody uses any more keep attributes for a while:
-	// unusedListings listings and unusedAge.
-	for i := range unusedListings {
+	// unusedListings listings and unusedAge, both.
+	useAll(t, fs, e.Child, n, false)
+	for i := range unusedListings + 1 {
 		allWith(pages(t, fs, e.Child, nil), fmt.Sprintf("unused listing %d", i))
 	}
 	clock.Advance(unusedAge)
 	namesOnly(pages(t, fs, e.Child, nil), "after unused listings")
 	namesOnly(pages(t, fs, e.Child, nil), "and after that")
+	useAll(t, fs, e.Child, n, true)
+	allWith(pages(t, fs, e.Child, nil), "used again")
+	clock.Advance(2 * unusedAge)
+	allWith(pages(t, fs, e.Child, nil), "a while later, few listings")
 	fs.checkInvariants()
+}
+
+// TestListingAttributesShardedLoader: a loader that opens a share of a
+// directory's files each epoch (one node of several) gets attributes
+// once its opens add up to a quarter of the entries, and keeps them: it
+// does not flip between the two answers from one epoch to the next,
+// although a names-only listing costs it a lookup and an open per file
+// and one with attributes only the open.
+func TestListingAttributesShardedLoader(t *testing.T) {
+	b := newTestBucket()
+	const n = 200
+	for i := range n {
+		b.put(fmt.Sprintf("d/f%03d", i), []byte("x"))
+		b.put(fmt.Sprintf("e/f%03d", i), []byte("x"))
+	}
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	for _, tc := range []struct {
+		dir    string
+		share  int // files opened per epoch
+		epochs int // epochs before the listings have attributes
+	}{{"d", n / 5, 2}, {"e", n / 3, 1}} {
+		dir, err := lookUp(fs, fuseops.RootInodeID, tc.dir)
+		require.NoError(t, err)
+		with := pages(t, fs, dir.Child, nil)[1]
+		for epoch := range 6 {
+			// With attributes the kernel holds the names: opens only.
+			useAll(t, fs, dir.Child, tc.share, !with)
+			got := pages(t, fs, dir.Child, nil)
+			with = got[1]
+			require.Equal(t, epoch+1 >= tc.epochs, with, "%s, %d of %d files opened an epoch, after epoch %d", tc.dir, tc.share, n, epoch)
+		}
+	}
+}
+
+// TestListingAttributesForgotten: a directory's record forgotten while a
+// handle lists it (more than dirsTracked directories listed since) does
+// not count as a lookup since the handle's page before.
+func TestListingAttributesForgotten(t *testing.T) {
+	b := newTestBucket()
+	for i := range 200 {
+		b.put(fmt.Sprintf("d/f%03d", i), []byte("x"))
+	}
+	b.put("e/x", nil)
+	b.put("f/x", nil)
+	fs := newTestFS(t, b, newFakeClock(), nil)
+	fs.lu.limit = 2
+	ctx := context.Background()
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	pages(t, fs, d.Child, nil)
+	_, err = lookUp(fs, d.Child, "f000") // d's record counts a lookup
+	require.NoError(t, err)
+
+	got := []bool{}
+	readDirPages(t, fs, d.Child, 4096, true, func(i int, ds []dirent) {
+		got = append(got, ds[0].child != 0)
+		if i == 0 {
+			// Two more directories listed: the records are forgotten.
+			for _, name := range []string{"e", "f"} {
+				x, err := lookUp(fs, fuseops.RootInodeID, name)
+				require.NoError(t, err)
+				readDir(t, fs, x.Child, 4096, true)
+				require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: x.Child, N: 2}))
+			}
+		}
+	})
+	require.Greater(t, len(got), 2)
+	assert.Equal(t, []bool{true, false}, got[:2], "the page after the records were forgotten")
 }

@@ -135,3 +135,33 @@ func TestDevReaderEOF(t *testing.T) {
 		dev.Close()
 	}
 }
+
+// TestNonblockingRefused: a file the poller does not take (a regular
+// file: epoll refuses it, as it refuses anything once its watches are
+// used up) is handed back as it was, blocking, and reads as before.
+func TestNonblockingRefused(t *testing.T) {
+	p := t.TempDir() + "/f"
+	if err := os.WriteFile(p, []byte("request"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g := nonblocking(f)
+	if g != f {
+		t.Errorf("nonblocking gave a new file for one the poller refuses")
+	}
+	flags, err := unix.FcntlInt(g.Fd(), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flags&unix.O_NONBLOCK != 0 {
+		t.Errorf("flags %o: left O_NONBLOCK", flags)
+	}
+	buf := make([]byte, 64)
+	if n, err := newDevReader(g).Read(buf); err != nil || string(buf[:n]) != "request" {
+		t.Errorf("read %q, %v", buf[:n], err)
+	}
+}

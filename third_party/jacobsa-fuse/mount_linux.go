@@ -179,10 +179,10 @@ func mount(dir string, cfg *MountConfig, ready chan<- error) (*os.File, error) {
 // the file is made after mounting. os.NewFile makes a pollable file only
 // of a descriptor that is non-blocking when it is called: dev's is
 // duplicated, the copy made non-blocking (the open file is shared, so
-// both are) and dev closed. On any error dev is returned as it was, and
-// read as before; if the poller does not take the copy (epoll's watches
-// used up), it is made blocking again and read as before too. A
-// descriptor passed in as /dev/fd/N is left alone.
+// both are) and dev closed. On any error, and if the poller does not
+// take the copy (epoll's watches used up), the copy is closed, the file
+// made blocking again and dev returned, read as before. A descriptor
+// passed in as /dev/fd/N is left alone.
 func nonblocking(dev *os.File) *os.File {
 	fd, err := unix.FcntlInt(dev.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -193,11 +193,13 @@ func nonblocking(dev *os.File) *os.File {
 		return dev
 	}
 	f := os.NewFile(uintptr(fd), dev.Name())
-	dev.Close()
 	// Deadlines work only on files in the poller: here, the test for it.
 	if err := f.SetReadDeadline(time.Time{}); err != nil {
 		unix.SetNonblock(fd, false)
+		f.Close()
+		return dev
 	}
+	dev.Close()
 	return f
 }
 
