@@ -27,7 +27,7 @@ import (
 // file replaced, is seen at the next Spliceable, which then drops every
 // checked block of the file; they are read and checked again. What it does
 // not see is what passthrough does not see either: a disk that returns
-// // other bytes than were written without the file changing, and a write
+// other bytes than were written without the file changing, and a write
 // that leaves the timestamps as they were (a file system with coarse
 // timestamps, within one tick of the last change). Nor a write by someone
 // else while one of the store's own writes to the file is under way

@@ -967,14 +967,6 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 		// never sends a read for such a handle.
 		return syscall.EIO
 	}
-	dst := op.Dst
-	if dst == nil {
-		// jacobsa/fuse leaves Dst nil for reads larger than its buffer.
-		dst = make([]byte, op.Size)
-	}
-	if int64(len(dst)) > op.Size {
-		dst = dst[:op.Size]
-	}
 	first := !h.read.Load() && !h.read.Swap(true)
 	if fs.ahead.openAhead != nil {
 		if first {
@@ -985,7 +977,15 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 		}
 	}
 	if fs.readSpliced(h, op) {
-		return nil
+		return nil // no buffer needed: the reply comes from the cache file
+	}
+	dst := op.Dst
+	if dst == nil {
+		// jacobsa/fuse leaves Dst nil for reads larger than its buffer.
+		dst = make([]byte, op.Size)
+	}
+	if int64(len(dst)) > op.Size {
+		dst = dst[:op.Size]
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {

@@ -121,9 +121,7 @@ func (l *listUse) listingPage(h *dirHandle, off int, now time.Time) bool {
 func (l *listUse) handedOut(h *dirHandle, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if h.use != nil {
-		h.use.size = max(h.use.size, n)
-	}
+	h.use.size = max(h.use.size, n) // set by listingPage, for this page
 }
 
 // used records a lookup that found a child of dir (lookup), or an open

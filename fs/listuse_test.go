@@ -66,18 +66,25 @@ func useAll(t *testing.T, fs *fileSystem, dir fuseops.InodeID, n int, lookup boo
 	}
 }
 
+// twoDirs is a bucket with directories d and e of n one-byte files each,
+// f000 on.
+func twoDirs(n int) *testBucket {
+	b := newTestBucket()
+	for i := range n {
+		b.put(fmt.Sprintf("d/f%03d", i), []byte("x"))
+		b.put(fmt.Sprintf("e/f%03d", i), []byte("x"))
+	}
+	return b
+}
+
 // TestListingAttributes: which readdirplus pages give attributes
 // (listuse.go). The first page of a listing always; later pages once a
 // child was looked up since the handle's page before, and then to the
 // end; every page of the listings that follow a cycle whose files were
 // used, until listings go unused for a while.
 func TestListingAttributes(t *testing.T) {
-	b := newTestBucket()
 	const n = 200
-	for i := range n {
-		b.put(fmt.Sprintf("d/f%03d", i), []byte("x"))
-		b.put(fmt.Sprintf("e/f%03d", i), []byte("x"))
-	}
+	b := twoDirs(n)
 	clock := newFakeClock()
 	fs := newTestFS(t, b, clock, nil)
 	d, err := lookUp(fs, fuseops.RootInodeID, "d")
@@ -163,12 +170,8 @@ func TestListingAttributes(t *testing.T) {
 // although a names-only listing costs it a lookup and an open per file
 // and one with attributes only the open.
 func TestListingAttributesShardedLoader(t *testing.T) {
-	b := newTestBucket()
 	const n = 200
-	for i := range n {
-		b.put(fmt.Sprintf("d/f%03d", i), []byte("x"))
-		b.put(fmt.Sprintf("e/f%03d", i), []byte("x"))
-	}
+	b := twoDirs(n)
 	fs := newTestFS(t, b, newFakeClock(), nil)
 	for _, tc := range []struct {
 		dir    string
