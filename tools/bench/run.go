@@ -461,9 +461,13 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 	if o.TargetDir == "" {
 		b.report.Link = linkJSON(b.link)
 		b.report.FerryArgs = o.FerryArgs
-		storeDir := filepath.Join(o.WorkDir, "store-"+o.Store)
+		place := chooseStoreDir(o, b.spec.TotalBytes(), realHost)
+		storeDir := place.Dir
 		_ = os.RemoveAll(storeDir)
-		b.logf("starting the %s emulator behind the emulated link (%v RTT, %.0f MB/s per connection, %.0f MB/s in all)", o.Store, o.RTT, o.ConnMBs, o.LinkMBs)
+		if place.Why != "" {
+			b.logf("the emulator's objects go to disk: %s", place.Why)
+		}
+		b.logf("starting the %s emulator behind the emulated link (%v RTT, %.0f MB/s per connection, %.0f MB/s in all), %s", o.Store, o.RTT, o.ConnMBs, o.LinkMBs, place.describe())
 		b.remote, err = StartRemote(ctx, o.Store, storeDir, b.link)
 		if err != nil {
 			return err
@@ -474,7 +478,7 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 			}
 			_ = os.RemoveAll(storeDir)
 		}()
-		b.report.Store = b.remote.Desc
+		b.report.Store = b.remote.Desc + ", " + place.describe()
 		bin := o.FerryBin
 		if bin == "" {
 			t := time.Now()

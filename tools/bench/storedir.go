@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Where the emulator keeps the uploaded objects.
+//
+// A remote store's disks and caches are not the client's. With the objects
+// on the client's disk, every row (which starts with the page cache
+// dropped) has the emulator read them back from that disk into page cache
+// allocated on the client's machine, beside ferry's and the readers' own:
+// on the paravirtualised 2-vCPU machine of 2026-12-01 the emulator took
+// 6.3-8.6 CPU-seconds to serve one cold 4-stream read of 2 GiB through
+// ferry, against 1.4-1.5 with the objects on tmpfs (docs/operations.md,
+// "The emulator's objects in memory"). So by default they go to /dev/shm
+// when it is a tmpfs with room for them and the machine has at least as
+// much memory available again beside them; else under the work directory.
+
+// shmDir is where objects go by default when it fits.
+const shmDir = "/dev/shm"
+
+// storeDirName is the directory the emulator gets under the chosen parent;
+// the bench removes it before and after a run, so it is never the parent
+// itself (a --store-dir of /dev/shm must not empty /dev/shm).
+func storeDirName(kind string) string { return "ferry-benchmark-store-" + kind }
+
+// storePlace is the choice: the directory and, for the report, where it is.
+type storePlace struct {
+	Dir      string
+	InMemory bool   // on tmpfs: the emulator's reads take no disk or page cache
+	Why      string // for the log, when the default fell back to disk
+}
+
+// hostProbe reads the machine; tests replace it.
+type hostProbe struct {
+	// statfs returns dir's file system type and the bytes free to us.
+	statfs func(dir string) (fsType int64, avail int64, err error)
+	// memAvailable is /proc/meminfo's MemAvailable, in bytes.
+	memAvailable func() (int64, error)
+}
+
+var realHost = hostProbe{
+	statfs: func(dir string) (int64, int64, error) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return 0, 0, err
+		}
+		return int64(st.Type), int64(st.Bavail) * st.Bsize, nil
+	},
+	memAvailable: func() (int64, error) {
+		b, err := os.ReadFile("/proc/meminfo")
+		if err != nil {
+			return 0, err
+		}
+		return parseMemAvailable(b)
+	},
+}
+
+// parseMemAvailable finds MemAvailable in /proc/meminfo's text.
+func parseMemAvailable(meminfo []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(meminfo))
+	for sc.Scan() {
+		if f := bytes.Fields(sc.Bytes()); len(f) >= 2 && string(f[0]) == "MemAvailable:" {
+			kib, err := strconv.ParseInt(string(f[1]), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemAvailable %q: %w", f[1], err)
+			}
+			return kib << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/meminfo: no MemAvailable")
+}
+
+// storeRoom is what the objects of a dataset of dataBytes take in the
+// emulator's directory: the objects, their metadata files and some slack.
+func storeRoom(dataBytes int64) int64 { return dataBytes + dataBytes/10 + 256<<20 }
+
+// chooseStoreDir picks the emulator's directory for a dataset of dataBytes:
+// under o.StoreDir if given, else /dev/shm if it fits (see above), else
+// under o.WorkDir.
+func chooseStoreDir(o Options, dataBytes int64, h hostProbe) storePlace {
+	name := storeDirName(o.Store)
+	if o.StoreDir != "" {
+		t, _, err := h.statfs(o.StoreDir)
+		return storePlace{Dir: filepath.Join(o.StoreDir, name), InMemory: err == nil && t == unix.TMPFS_MAGIC}
+	}
+	disk := func(why string) storePlace {
+		return storePlace{Dir: filepath.Join(o.WorkDir, name), Why: why}
+	}
+	need := storeRoom(dataBytes)
+	t, avail, err := h.statfs(shmDir)
+	switch {
+	case err != nil:
+		return disk(fmt.Sprintf("%s: %v", shmDir, err))
+	case t != unix.TMPFS_MAGIC:
+		return disk(shmDir + " is not a tmpfs")
+	case avail < need:
+		return disk(fmt.Sprintf("%s has %d MiB free, the objects need %d MiB", shmDir, avail>>20, need>>20))
+	}
+	mem, err := h.memAvailable()
+	switch {
+	case err != nil:
+		return disk(err.Error())
+	case mem < 2*need:
+		return disk(fmt.Sprintf("%d MiB of memory available, the objects need %d MiB and as much again beside them", mem>>20, need>>20))
+	}
+	return storePlace{Dir: filepath.Join(shmDir, name), InMemory: true}
+}
+
+// describe says where the objects are, for the report's store line.
+func (p storePlace) describe() string {
+	if p.InMemory {
+		return "objects in memory (tmpfs " + p.Dir + ")"
+	}
+	return "objects on disk (" + p.Dir + ")"
+}
