@@ -138,7 +138,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Store, "store", o.Store, "emulated store: gcs (fake-gcs-server, the default: less CPU per request) or s3 (versitygw)")
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "scratch directory: store data, ferry caches, mount points, logs")
-	fs.StringVar(&o.StoreDir, "store-dir", "", "where the emulator keeps the uploaded objects, in a directory of its own that is removed after the run (default /dev/shm when it is a tmpfs with room for them and as much memory again beside them, so that the emulated store reads no disk and takes no page cache on this machine; else WORK-DIR)")
+	fs.StringVar(&o.StoreDir, "store-dir", "", "where the emulator keeps the uploaded objects, in a directory of its own that is removed after the run (default /dev/shm when it is a tmpfs with room for them and 4 GiB of memory stays available beside them, so that the emulated store reads no disk and takes no page cache on this machine; else WORK-DIR)")
 	fs.StringVar(&o.DataDir, "data-dir", "", "local copy of the dataset (the local-disk baseline; kept between runs) (default WORK-DIR/data-SPEC)")
 	fs.StringVar(&o.TargetDir, "target-dir", "", "measure this mounted directory (holding the same dataset, see `bench generate`) instead of mounting ferry")
 	fs.StringVar(&o.Out, "out", "", "write results.md, results.json, chart.svg and chart.png to this directory")

@@ -21,11 +21,17 @@ import (
 // 6.3-8.6 CPU-seconds to serve one cold 4-stream read of 2 GiB through
 // ferry, against 1.4-1.5 with the objects on tmpfs (docs/operations.md,
 // "The emulator's objects in memory"). So by default they go to /dev/shm
-// when it is a tmpfs with room for them and the machine has at least as
-// much memory available again beside them; else under the work directory.
+// when it is a tmpfs with room for them and the machine has memory
+// available for them and memBeside more; else under the work directory.
 
 // shmDir is where objects go by default when it fits.
 const shmDir = "/dev/shm"
+
+// memBeside is the memory that must stay available beside the objects in
+// /dev/shm, which cannot be reclaimed (no swap, as on most servers): ferry
+// (its --memory-limit and the process), the emulator, the bench's readers
+// and the page cache the rows read through.
+const memBeside = 4 << 30
 
 // storeDirName is the directory the emulator gets under the chosen parent;
 // the bench removes it before and after a run, so it is never the parent
@@ -109,8 +115,8 @@ func chooseStoreDir(o Options, dataBytes int64, h hostProbe) storePlace {
 	switch {
 	case err != nil:
 		return disk(err.Error())
-	case mem < 2*need:
-		return disk(fmt.Sprintf("%d MiB of memory available, the objects need %d MiB and as much again beside them", mem>>20, need>>20))
+	case mem < need+memBeside:
+		return disk(fmt.Sprintf("%d MiB of memory available, the objects need %d MiB and %d MiB more must stay free", mem>>20, need>>20, memBeside>>20))
 	}
 	return storePlace{Dir: filepath.Join(shmDir, name), InMemory: true}
 }

@@ -60,13 +60,13 @@ func TestChooseStoreDir(t *testing.T) {
 	h.shmFree = need - 1
 	onDisk(h, "free")
 	h = roomy
-	h.mem = 2*need - 1
-	onDisk(h, "as much again")
+	h.mem = need + memBeside - 1
+	onDisk(h, "more must stay free")
 	h = roomy
 	h.memErr = errors.New("no meminfo")
 	onDisk(h, "no meminfo")
 	h = roomy
-	h.mem = 2 * need
+	h.mem = need + memBeside
 	assert.True(t, chooseStoreDir(o, data, h.probe()).InMemory, "exactly enough memory")
 
 	// --store-dir wins, and the emulator gets a directory of its own in it.
