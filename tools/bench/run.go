@@ -193,8 +193,13 @@ func (b *bench) upload(ctx context.Context) error {
 
 // mount starts ferry on a fresh mount point with cacheDir.
 func (b *bench) mount(ctx context.Context, cacheDir string) (*Mount, error) {
+	return b.mountAt(ctx, "mnt", cacheDir)
+}
+
+// mountAt starts ferry on WORK-DIR/name with cacheDir ("": no disk cache).
+func (b *bench) mountAt(ctx context.Context, name, cacheDir string) (*Mount, error) {
 	b.mounts++
-	dir := filepath.Join(b.opts.WorkDir, "mnt")
+	dir := filepath.Join(b.opts.WorkDir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -241,14 +246,14 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 					}
 				}
 			}
-			if !b.foliosTried && ctx.Err() == nil {
-				b.foliosTried = true
-				b.measureFolios(m)
-			}
 			return nil
 		}()
 		if err != nil {
 			return err
+		}
+		if !b.foliosTried && ctx.Err() == nil {
+			b.foliosTried = true
+			b.measureFolios(ctx)
 		}
 		err = func() error {
 			m, err := b.mount(ctx, cacheDir)
@@ -276,12 +281,15 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 }
 
 // measureFolios reads the first 64 MiB of the dataset's largest file from
-// the local copy and through m, the page cache dropped before each, and
-// records the mean size of the page-cache folios each read filled. It
-// runs after the last row measured on the first group's first mount: the
-// read may go to the store (a file no row of the group read), and the
-// next rows are on a new mount.
-func (b *bench) measureFolios(m *Mount) {
+// the local copy and through a ferry mount of its own, the page cache
+// dropped before each, and records the mean size of the page-cache folios
+// each read filled. That mount has no disk cache: a file held whole in one
+// is opened with FUSE passthrough, whose pages are the cache file's on the
+// cache volume, not FUSE's (until 2026-12-01 this read went through the
+// group's mount, after its rows had filled the cache, and so measured the
+// cache volume's folios). It runs once, after the first group's first
+// mount is gone; the read fetches 64 MiB from the store.
+func (b *bench) measureFolios(ctx context.Context) {
 	var big dataset.File
 	for _, f := range b.spec.Files() {
 		if f.Size > big.Size {
@@ -294,6 +302,12 @@ func (b *bench) measureFolios(m *Mount) {
 	b.dropCaches()
 	local, err := pageCacheFolios(filepath.Join(b.opts.DataDir, big.Name), 64<<20)
 	if err == nil {
+		var m *Mount
+		if m, err = b.mountAt(ctx, "mnt-folios", ""); err != nil {
+			b.logf("page-cache folio sizes not measured: %v", err)
+			return
+		}
+		defer b.unmount(m)
 		b.dropCaches()
 		var ferry folioStats
 		if ferry, err = pageCacheFolios(filepath.Join(m.Dir, big.Name), 64<<20); err == nil {
