@@ -91,7 +91,7 @@ func (s sizeFlag) Set(v string) error {
 	return nil
 }
 
-// defaultOptions fit a 2-core, 24 GiB machine: a ~6 GiB dataset and a
+// defaultOptions fit a 2-core, 24 GiB machine: an 11 GiB dataset and a
 // full run of about 15 minutes.
 func defaultOptions(command string) Options {
 	o := Options{
@@ -137,8 +137,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Store, "store", o.Store, "emulated store: gcs (fake-gcs-server, the default: less CPU per request) or s3 (versitygw)")
-	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "scratch directory: store data, ferry caches, mount points, logs")
-	fs.StringVar(&o.StoreDir, "store-dir", "", "where the emulator keeps the uploaded objects, in a directory of its own that is removed after the run (default /dev/shm when it is a tmpfs with room for them and 4 GiB of memory stays available beside them, so that the emulated store reads no disk and takes no page cache on this machine; else WORK-DIR)")
+	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "scratch directory: ferry caches, mount points, logs, and the store's objects unless they go to /dev/shm (see --store-dir)")
+	fs.StringVar(&o.StoreDir, "store-dir", "", "where the emulator keeps the uploaded objects, in a directory of its own there, removed before and after the run (default /dev/shm when it is a tmpfs with room for them and as much memory again, at least 4 GiB plus ferry's --memory-limit, stays available beside them, so that the emulated store reads no disk and takes no page cache on this machine; else WORK-DIR)")
 	fs.StringVar(&o.DataDir, "data-dir", "", "local copy of the dataset (the local-disk baseline; kept between runs) (default WORK-DIR/data-SPEC)")
 	fs.StringVar(&o.TargetDir, "target-dir", "", "measure this mounted directory (holding the same dataset, see `bench generate`) instead of mounting ferry")
 	fs.StringVar(&o.Out, "out", "", "write results.md, results.json, chart.svg and chart.png to this directory")
@@ -233,6 +233,11 @@ func (o Options) validate() error {
 		switch a {
 		case "--foreground", "--cache-dir", "--endpoint":
 			return fmt.Errorf("--ferry-args: %s is set by the benchmark", a)
+		}
+		for _, f := range []string{"--foreground=", "--cache-dir=", "--endpoint="} {
+			if strings.HasPrefix(a, f) {
+				return fmt.Errorf("--ferry-args: %s is set by the benchmark", strings.TrimSuffix(f, "="))
+			}
 		}
 	}
 	return nil

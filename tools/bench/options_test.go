@@ -71,6 +71,8 @@ func TestParseErrors(t *testing.T) {
 		{"run", "--record-size", "1GiB", "--shard-size", "1MiB"},
 		{"run", "--mlperf-scale", "2"},
 		{"run", "--ferry-args", "--cache-dir /x"},
+		{"run", "--ferry-args", "--cache-dir=/x"},
+		{"run", "--ferry-args", "--endpoint=http://elsewhere"},
 		{"run", "--ferry-args", `"unterminated`},
 		{"run", "stray"},
 		{"generate"},

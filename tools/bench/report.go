@@ -174,7 +174,8 @@ type Report struct {
 	Emulator  *EmulatorCost `json:"emulator_cost,omitempty"`
 	Targets   []Target      `json:"targets,omitempty"`
 	Paired    []Paired      `json:"paired,omitempty"`
-	// Folios is measured once per run, on the first mount (needs root).
+	// Folios is measured once per run, through a mount of its own (needs
+	// root).
 	Folios *FolioSizes `json:"page_cache_folios,omitempty"`
 }
 

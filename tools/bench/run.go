@@ -283,12 +283,12 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 // measureFolios reads the first 64 MiB of the dataset's largest file from
 // the local copy and through a ferry mount of its own, the page cache
 // dropped before each, and records the mean size of the page-cache folios
-// each read filled. That mount has no disk cache: a file held whole in one
-// is opened with FUSE passthrough, whose pages are the cache file's on the
-// cache volume, not FUSE's (until 2026-12-01 this read went through the
-// group's mount, after its rows had filled the cache, and so measured the
-// cache volume's folios). It runs once, after the first group's first
-// mount is gone; the read fetches 64 MiB from the store.
+// each read filled. That mount has an empty disk cache: a file held whole
+// in the cache is opened with FUSE passthrough, whose pages are the cache
+// file's on the cache volume, not FUSE's (until 2026-12-01 this read went
+// through the group's mount, after its rows had filled the cache, and so
+// measured the cache volume's folios). It runs once, after the first
+// group's first mount is gone; the read fetches 64 MiB from the store.
 func (b *bench) measureFolios(ctx context.Context) {
 	var big dataset.File
 	for _, f := range b.spec.Files() {
@@ -302,9 +302,16 @@ func (b *bench) measureFolios(ctx context.Context) {
 	b.dropCaches()
 	local, err := pageCacheFolios(filepath.Join(b.opts.DataDir, big.Name), 64<<20)
 	if err == nil {
+		// A cache of its own, empty: the file is not whole in it at the
+		// open, so the open is not passthrough; and the cache-only flags
+		// --ferry-args may hold (--cache-size ...) still apply.
+		cacheDir := filepath.Join(b.opts.WorkDir, "cache-folios")
+		_ = os.RemoveAll(cacheDir)
+		defer os.RemoveAll(cacheDir)
 		var m *Mount
-		if m, err = b.mountAt(ctx, "mnt-folios", ""); err != nil {
+		if m, err = b.mountAt(ctx, "mnt-folios", cacheDir); err != nil {
 			b.logf("page-cache folio sizes not measured: %v", err)
+			b.report.Notes = append(b.report.Notes, "page-cache folio sizes not measured: "+oneLine(err.Error()))
 			return
 		}
 		defer b.unmount(m)
@@ -475,7 +482,22 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 	if o.TargetDir == "" {
 		b.report.Link = linkJSON(b.link)
 		b.report.FerryArgs = o.FerryArgs
-		place := chooseStoreDir(o, b.spec.TotalBytes(), realHost)
+		// Objects a run killed before its cleanup left behind: the layout
+		// before 9601442 (under the work directory), and this work
+		// directory's in /dev/shm, whose memory would otherwise stay taken
+		// and send this run to disk.
+		_ = os.RemoveAll(filepath.Join(o.WorkDir, "store-"+o.Store))
+		if o.StoreDir == "" {
+			_ = os.RemoveAll(filepath.Join(shmDir, storeDirName(o, shmDir)))
+		} else {
+			if abs, err := filepath.Abs(o.StoreDir); err == nil {
+				o.StoreDir = abs
+			}
+			if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
+				return fmt.Errorf("--store-dir: %w", err)
+			}
+		}
+		place := chooseStoreDir(o, b.spec.TotalBytes(), len(b.spec.Files()), realHost)
 		storeDir := place.Dir
 		_ = os.RemoveAll(storeDir)
 		if place.Why != "" {

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,22 +23,40 @@ import (
 // 6.3-8.6 CPU-seconds to serve one cold 4-stream read of 2 GiB through
 // ferry, against 1.4-1.5 with the objects on tmpfs (docs/operations.md,
 // "The emulator's objects in memory"). So by default they go to /dev/shm
-// when it is a tmpfs with room for them and the machine has memory
-// available for them and memBeside more; else under the work directory.
+// when it is a tmpfs with room for them (and, for versitygw, user extended
+// attributes) and the machine has memory available for them and as much
+// again, at least memBeside plus ferry's --memory-limit; else under the
+// work directory. As much again: the local rows read a copy of the same
+// bytes through the page cache, and the objects must not crowd it out.
 
 // shmDir is where objects go by default when it fits.
 const shmDir = "/dev/shm"
 
-// memBeside is the memory that must stay available beside the objects in
-// /dev/shm, which cannot be reclaimed (no swap, as on most servers): ferry
-// (its --memory-limit and the process), the emulator, the bench's readers
-// and the page cache the rows read through.
+// memBeside is the least memory that must stay available beside the
+// objects in /dev/shm, which cannot be reclaimed (no swap, as on most
+// servers), and beside ferry's --memory-limit: ferry's process, the
+// emulator, the bench's readers and the page cache the rows read through.
 const memBeside = 4 << 30
 
 // storeDirName is the directory the emulator gets under the chosen parent;
 // the bench removes it before and after a run, so it is never the parent
-// itself (a --store-dir of /dev/shm must not empty /dev/shm).
-func storeDirName(kind string) string { return "ferry-benchmark-store-" + kind }
+// itself (a --store-dir of /dev/shm must not empty /dev/shm). In /dev/shm,
+// shared by the whole machine, the name carries the work directory's, so
+// that runs with different work directories do not remove each other's
+// objects, and a run killed before it could remove its own (SIGKILL, the
+// OOM killer) has them removed by the next run with its work directory.
+func storeDirName(o Options, parent string) string {
+	name := "ferry-benchmark-store-" + o.Store
+	if parent == shmDir {
+		abs, err := filepath.Abs(o.WorkDir)
+		if err != nil {
+			abs = o.WorkDir
+		}
+		sum := sha256.Sum256([]byte(abs))
+		name += "-" + hex.EncodeToString(sum[:4])
+	}
+	return name
+}
 
 // storePlace is the choice: the directory and, for the report, where it is.
 type storePlace struct {
@@ -51,6 +71,10 @@ type hostProbe struct {
 	statfs func(dir string) (fsType int64, avail int64, err error)
 	// memAvailable is /proc/meminfo's MemAvailable, in bytes.
 	memAvailable func() (int64, error)
+	// userXattrs reports whether files in dir take user.* extended
+	// attributes (versitygw's posix backend keeps metadata in them;
+	// tmpfs has them since Linux 6.6).
+	userXattrs func(dir string) error
 }
 
 var realHost = hostProbe{
@@ -67,6 +91,15 @@ var realHost = hostProbe{
 			return 0, err
 		}
 		return parseMemAvailable(b)
+	},
+	userXattrs: func(dir string) error {
+		f, err := os.CreateTemp(dir, ".ferry-benchmark-xattr-*")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		return unix.Fsetxattr(int(f.Fd()), "user.ferry-benchmark", []byte("1"), 0)
 	},
 }
 
@@ -85,23 +118,25 @@ func parseMemAvailable(meminfo []byte) (int64, error) {
 	return 0, fmt.Errorf("/proc/meminfo: no MemAvailable")
 }
 
-// storeRoom is what the objects of a dataset of dataBytes take in the
-// emulator's directory: the objects, their metadata files and some slack.
-func storeRoom(dataBytes int64) int64 { return dataBytes + dataBytes/10 + 256<<20 }
+// storeRoom is what the objects of a dataset of files files and dataBytes
+// bytes take in the emulator's directory: the objects, a metadata file or
+// attributes of a few KiB each, and some slack.
+func storeRoom(dataBytes int64, files int) int64 {
+	return dataBytes + int64(files)*8<<10 + 64<<20
+}
 
-// chooseStoreDir picks the emulator's directory for a dataset of dataBytes:
-// under o.StoreDir if given, else /dev/shm if it fits (see above), else
-// under o.WorkDir.
-func chooseStoreDir(o Options, dataBytes int64, h hostProbe) storePlace {
-	name := storeDirName(o.Store)
+// chooseStoreDir picks the emulator's directory for the dataset: under
+// o.StoreDir if given (which must exist), else /dev/shm if it fits (see
+// above), else under o.WorkDir.
+func chooseStoreDir(o Options, dataBytes int64, files int, h hostProbe) storePlace {
 	if o.StoreDir != "" {
 		t, _, err := h.statfs(o.StoreDir)
-		return storePlace{Dir: filepath.Join(o.StoreDir, name), InMemory: err == nil && t == unix.TMPFS_MAGIC}
+		return storePlace{Dir: filepath.Join(o.StoreDir, storeDirName(o, o.StoreDir)), InMemory: err == nil && t == unix.TMPFS_MAGIC}
 	}
 	disk := func(why string) storePlace {
-		return storePlace{Dir: filepath.Join(o.WorkDir, name), Why: why}
+		return storePlace{Dir: filepath.Join(o.WorkDir, storeDirName(o, o.WorkDir)), Why: why}
 	}
-	need := storeRoom(dataBytes)
+	need := storeRoom(dataBytes, files)
 	t, avail, err := h.statfs(shmDir)
 	switch {
 	case err != nil:
@@ -111,14 +146,20 @@ func chooseStoreDir(o Options, dataBytes int64, h hostProbe) storePlace {
 	case avail < need:
 		return disk(fmt.Sprintf("%s has %d MiB free, the objects need %d MiB", shmDir, avail>>20, need>>20))
 	}
+	beside := max(need, memBeside+max(memoryLimitOf(o.FerryArgs), 0))
 	mem, err := h.memAvailable()
 	switch {
 	case err != nil:
 		return disk(err.Error())
-	case mem < need+memBeside:
-		return disk(fmt.Sprintf("%d MiB of memory available, the objects need %d MiB and %d MiB more must stay free", mem>>20, need>>20, memBeside>>20))
+	case mem < need+beside:
+		return disk(fmt.Sprintf("%d MiB of memory available, the objects need %d MiB and %d MiB more must stay free", mem>>20, need>>20, beside>>20))
 	}
-	return storePlace{Dir: filepath.Join(shmDir, name), InMemory: true}
+	if o.Store == "s3" {
+		if err := h.userXattrs(shmDir); err != nil {
+			return disk(fmt.Sprintf("%s: no user extended attributes, in which versitygw keeps metadata (%v)", shmDir, err))
+		}
+	}
+	return storePlace{Dir: filepath.Join(shmDir, storeDirName(o, shmDir)), InMemory: true}
 }
 
 // describe says where the objects are, for the report's store line.
