@@ -90,10 +90,11 @@ type Connection struct {
 	mu sync.Mutex
 
 	// A map from fuse "unique" request ID (*not* the op ID for logging used
-	// above) to a function that cancel's its associated context.
+	// above) to a function that cancel's its associated context, with what
+	// MountConfig.OnInterrupt is told of the op.
 	//
 	// GUARDED_BY(mu)
-	cancelFuncs map[uint64]func()
+	cancelFuncs map[uint64]opCancel
 
 	// Freelists, serviced by freelists.go.
 	inMessages  freelist.Freelist // GUARDED_BY(mu)
@@ -140,7 +141,7 @@ func newConnection(
 		wireLogger:  wireLogger,
 		dev:         dev,
 		reader:      newDevReader(dev),
-		cancelFuncs: make(map[uint64]func()),
+		cancelFuncs: make(map[uint64]opCancel),
 		pipes:       make(chan *splicePipe, maxFreePipes),
 	}
 
@@ -325,10 +326,19 @@ func (c *Connection) debugLog(
 	c.debugLogger.Println(msg)
 }
 
+// opCancel is how an op in flight is cancelled: its context's cancel
+// function, the caller's thread id from the request header, and its
+// context's Done channel, closed when the op ends.
+type opCancel struct {
+	cancel func()
+	pid    uint32
+	done   <-chan struct{}
+}
+
 // LOCKS_EXCLUDED(c.mu)
 func (c *Connection) recordCancelFunc(
 	fuseID uint64,
-	f func()) {
+	f opCancel) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
@@ -347,7 +357,8 @@ func (c *Connection) recordCancelFunc(
 // LOCKS_EXCLUDED(c.mu)
 func (c *Connection) beginOp(
 	opCode uint32,
-	fuseID uint64) context.Context {
+	fuseID uint64,
+	pid uint32) context.Context {
 	// Start with the parent context.
 	ctx := c.cfg.OpContext
 
@@ -362,7 +373,7 @@ func (c *Connection) beginOp(
 	if opCode != fusekernel.OpForget {
 		var cancel func()
 		ctx, cancel = context.WithCancel(ctx)
-		c.recordCancelFunc(fuseID, cancel)
+		c.recordCancelFunc(fuseID, opCancel{cancel, pid, ctx.Done()})
 	}
 
 	return ctx
@@ -387,12 +398,12 @@ func (c *Connection) finishOp(
 	// Special case: we don't do this for Forget requests. See the note in
 	// beginOp above.
 	if opCode != fusekernel.OpForget {
-		cancel, ok := c.cancelFuncs[fuseID]
+		op, ok := c.cancelFuncs[fuseID]
 		if !ok {
 			panic(fmt.Sprintf("Unknown request ID in finishOp: %v", fuseID))
 		}
 
-		cancel()
+		op.cancel()
 		delete(c.cancelFuncs, fuseID)
 	}
 }
@@ -400,7 +411,6 @@ func (c *Connection) finishOp(
 // LOCKS_EXCLUDED(c.mu)
 func (c *Connection) handleInterrupt(fuseID uint64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 
 	// NOTE(jacobsa): fuse.txt in the Linux kernel documentation
 	// (https://tinyurl.com/2r4ajuwd) defines the kernel <-> userspace protocol
@@ -416,12 +426,18 @@ func (c *Connection) handleInterrupt(fuseID uint64) {
 	//
 	// Cf. https://github.com/osxfuse/osxfuse/issues/208
 	// Cf. http://comments.gmane.org/gmane.comp.file-systems.fuse.devel/14675
-	cancel, ok := c.cancelFuncs[fuseID]
+	op, ok := c.cancelFuncs[fuseID]
+	c.mu.Unlock()
 	if !ok {
 		return
 	}
 
-	cancel()
+	// ferry: the server may decide which interrupts cancel (MountConfig).
+	if c.cfg.OnInterrupt != nil {
+		c.cfg.OnInterrupt(op.pid, op.cancel, op.done)
+		return
+	}
+	op.cancel()
 }
 
 // Read the next message from the kernel. The message must later be destroyed
@@ -534,7 +550,7 @@ func (c *Connection) ReadOp() (_ context.Context, op interface{}, _ error) {
 		}
 
 		// Set up a context that remembers information about this op.
-		ctx := c.beginOp(inMsg.Header().Opcode, inMsg.Header().Unique)
+		ctx := c.beginOp(inMsg.Header().Opcode, inMsg.Header().Unique, inMsg.Header().Pid)
 		var wlog *WireLogRecord
 		if c.wireLogger != nil {
 			wlog = NewWireLogRecord()

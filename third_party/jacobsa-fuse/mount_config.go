@@ -300,6 +300,17 @@ type MountConfig struct {
 	//
 	// If unset, the kernel gets 12 and 9.
 	MaxBackground uint16
+
+	// If set, called for every FUSE_INTERRUPT of an op still in flight,
+	// instead of cancelling the op's context at once: pid is the caller's
+	// thread id as the request header gives it (0 if the caller is outside
+	// the server's pid namespace), cancel cancels the op's context, and
+	// done is closed when the op ends (or is cancelled). The kernel sends
+	// an interrupt for any signal to the caller, also one it handles and
+	// would otherwise restart the system call after (e.g. Go's SIGURG for
+	// preemption), so a server may cancel only when the caller is dying.
+	// It runs on the goroutine that reads requests, so it must not block.
+	OnInterrupt func(pid uint32, cancel func(), done <-chan struct{})
 }
 
 type FUSEImpl uint8
