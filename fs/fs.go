@@ -170,6 +170,11 @@ type fileSystem struct {
 	probing      atomic.Bool        // a resolve is asking the store whether it is back
 	storeOKSeq   atomic.Uint64      // seq of the latest-begun fetch the store answered
 	hiddenMetric prometheus.Counter // nil without a Registerer
+	// FUSE interrupts of ops in flight, and those that cancelled their op
+	// because the caller was dying (interrupt.go).
+	interrupts          atomic.Uint64
+	interruptsCancelled atomic.Uint64
+	interruptLooks      atomic.Uint64 // times an interrupted caller was looked at
 
 	mu sync.Mutex
 
@@ -337,7 +342,15 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 			Name: "ferry_fs_direct_opens_total",
 			Help: "Opens of files whose last handle read them at random, with the kernel's FUSE page cache bypassed (direct I/O): each read comes to ferry as the application made it.",
 		}, func() float64 { return float64(fs.sp.directOpens.Load()) })
-		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes, spliced, direct} {
+		interrupts := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_interrupts_total",
+			Help: "FUSE interrupts of requests in flight: the kernel sends one for any signal to a caller waiting for ferry.",
+		}, func() float64 { return float64(fs.interrupts.Load()) })
+		interruptsCancelled := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_fs_interrupts_cancelled_total",
+			Help: "Requests cancelled (answered EINTR) because their caller was being killed; an interrupt from a signal the caller survives lets the request finish.",
+		}, func() float64 { return float64(fs.interruptsCancelled.Load()) })
+		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes, spliced, direct, interrupts, interruptsCancelled} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
