@@ -171,10 +171,11 @@ type fileSystem struct {
 	storeOKSeq   atomic.Uint64      // seq of the latest-begun fetch the store answered
 	hiddenMetric prometheus.Counter // nil without a Registerer
 	// FUSE interrupts of ops in flight, and those that cancelled their op
-	// because the caller was dying (interrupt.go).
-	interrupts          atomic.Uint64
-	interruptsCancelled atomic.Uint64
-	interruptLooks      atomic.Uint64 // times an interrupted caller was looked at
+	// because the caller was quitting (interrupt.go).
+	interrupts           atomic.Uint64
+	interruptsCancelled  atomic.Uint64
+	interruptLooks       atomic.Uint64 // times an interrupted caller was looked at
+	interruptBlindLogged atomic.Bool
 
 	mu sync.Mutex
 
@@ -348,7 +349,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		}, func() float64 { return float64(fs.interrupts.Load()) })
 		interruptsCancelled := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ferry_fs_interrupts_cancelled_total",
-			Help: "Requests cancelled (answered EINTR) because their caller was being killed; an interrupt from a signal the caller survives lets the request finish.",
+			Help: "Requests cancelled because their caller was quitting (killed, or asked to stop with SIGHUP, SIGINT, SIGQUIT or SIGTERM); an interrupt from another signal the caller handles lets the request finish.",
 		}, func() float64 { return float64(fs.interruptsCancelled.Load()) })
 		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes, spliced, direct, interrupts, interruptsCancelled} {
 			if err := cfg.Registerer.Register(c); err != nil {

@@ -7,28 +7,42 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// An interrupt cancels an op only when its caller is dying.
+// An interrupt cancels an op only when its caller is quitting.
 //
 // The kernel sends FUSE_INTERRUPT for any signal that reaches a thread
-// waiting for ferry, also one the program handles and would have its
-// system call restarted after (SA_RESTART) on a local disk. Cancelling
-// then fails the open, stat or read with EINTR, which the kernel does not
-// restart: a Go program gets such a signal whenever its runtime preempts a
-// goroutine (SIGURG), git from its progress timer, a profiled trainer
-// from SIGPROF. Few programs retry an open a local disk never interrupts
-// (gcsfuse added `--ignore-interrupts` for this reason). So, as NFS has
-// since Linux 2.6.25, only a signal that ends the caller cancels: the
-// caller's thread then has SIGKILL pending (the kernel turns an unhandled
-// fatal signal, such as Ctrl-C's SIGINT, into one for every thread), or a
-// pending core-dumping signal it does not handle. A caller that survives
-// the signal waits for the op as it would for a disk; the store's
-// timeouts and retries bound the wait.
+// waiting for ferry, also one the program handles and carries on after.
+// Cancelling then fails the open, stat or read with EINTR, which the
+// kernel does not restart, where a local disk would have finished it: a
+// C program with a timer (git's progress display), a profiler's SIGPROF,
+// a SIGCHLD handler (PyTorch's DataLoader installs one), a Go program's
+// runtime preempting with SIGURG a thread in a raw system call. Go's os
+// package and Python retry, but few C programs retry an open a local
+// disk never interrupts (jacobsa/fuse#122; gcsfuse added
+// `--ignore-interrupts` for it). Ignoring every interrupt instead leaves
+// a killed program waiting for the store.
+//
+// So an interrupt cancels only when /proc/TID/status shows the caller
+// quitting:
+//   - SIGKILL pending: killed, or ended by a fatal signal it does not
+//     handle (the kernel makes such a signal, Ctrl-C's SIGINT for one, a
+//     SIGKILL for every thread);
+//   - a core-dumping signal pending that it neither handles nor ignores;
+//   - SIGHUP, SIGINT, SIGQUIT or SIGTERM pending, handled or not: a
+//     request to stop. A program that handles it to stop gracefully gets
+//     EINTR at once rather than after the store (Python raises
+//     KeyboardInterrupt); Go and Python retry if it carries on.
+//
+// Under a debugger (TracerPid) only SIGKILL counts: the debugger may
+// swallow the signal. A caller that is not quitting waits for the op as
+// it would for a disk; the store's timeouts and retries bound the wait.
 //
 // The kernel sends one interrupt per request, so an op whose caller is
-// not dying yet is watched until it ends: a program killed later (Ctrl-C
-// after a handled signal) still has its op cancelled within
+// not quitting yet is watched until it ends: a program killed later
+// (Ctrl-C after a handled signal) still has its op cancelled within
 // interruptPoll.
 
 // interruptPoll is how often an interrupted op's caller is looked at again.
@@ -40,23 +54,24 @@ const interruptPoll = 100 * time.Millisecond
 func (fs *fileSystem) interrupted(tid uint32, cancel func(), done <-chan struct{}) {
 	fs.interrupts.Add(1)
 	if tid == 0 {
-		// The caller is outside ferry's pid namespace: nothing says
-		// whether it is dying, and failing a live caller is worse than
-		// making a dying one wait for the store.
-		fs.log.Debug("fs: interrupt from a caller outside ferry's pid namespace; the op goes on")
+		// The caller is outside the pid namespace of the mount (or the
+		// kernel sent no credentials): nothing says whether it is
+		// quitting, and failing a live caller is worse than making a
+		// killed one wait for the store.
+		fs.interruptBlind("the kernel gave no thread id (the caller is outside the pid namespace ferry mounted in)")
 		return
 	}
 	go func() {
 		t := time.NewTicker(interruptPoll)
 		defer t.Stop()
 		for {
-			dying, err := threadDying(tid)
+			quitting, err := threadQuitting(tid)
 			fs.interruptLooks.Add(1)
 			if err != nil {
-				fs.log.Debug("fs: cannot tell whether an interrupted caller is dying; the op goes on", "tid", tid, "err", err)
+				fs.interruptBlind(err.Error())
 				return
 			}
-			if dying {
+			if quitting {
 				fs.interruptsCancelled.Add(1)
 				cancel()
 				return
@@ -70,59 +85,79 @@ func (fs *fileSystem) interrupted(tid uint32, cancel func(), done <-chan struct{
 	}()
 }
 
-// threadDying reads /proc/TID/status and says whether the thread has a
-// signal pending that will end its process (signalDying).
-func threadDying(tid uint32) (bool, error) {
+// interruptBlind logs, once a mount, that an interrupted caller could not
+// be looked at, so that its op went on.
+func (fs *fileSystem) interruptBlind(why string) {
+	if !fs.interruptBlindLogged.Swap(true) {
+		fs.log.Warn("fs: cannot tell whether an interrupted caller is quitting; its request goes on until the store answers, even if the caller was killed (logged once)", "why", why)
+	}
+}
+
+// threadQuitting reads /proc/TID/status and says whether the thread has
+// a signal pending that ends or stops its process (statusQuitting).
+func threadQuitting(tid uint32) (bool, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
 	if err != nil {
 		return false, err
 	}
-	return signalDying(b)
+	return statusQuitting(b)
 }
 
-// Signal numbers as bits of /proc/PID/status's masks (signal n is bit
-// n-1).
-const (
-	sigKill = 1 << (9 - 1)
+// sigBit is signal s as a bit of /proc/PID/status's masks.
+func sigBit(s unix.Signal) uint64 { return 1 << (s - 1) }
+
+var (
+	// Requests to stop, which cancel whether handled or not.
+	sigStopRequests = sigBit(unix.SIGHUP) | sigBit(unix.SIGINT) | sigBit(unix.SIGQUIT) | sigBit(unix.SIGTERM)
 	// Signals whose default action does not end the process: SIGCHLD,
-	// SIGCONT, SIGURG, SIGWINCH ignore; SIGSTOP, SIGTSTP, SIGTTIN,
-	// SIGTTOU stop.
-	sigHarmless = 1<<(17-1) | 1<<(18-1) | 1<<(23-1) | 1<<(28-1) |
-		1<<(19-1) | 1<<(20-1) | 1<<(21-1) | 1<<(22-1)
+	// SIGCONT, SIGURG and SIGWINCH are ignored, SIGSTOP, SIGTSTP, SIGTTIN
+	// and SIGTTOU stop it.
+	sigHarmless = sigBit(unix.SIGCHLD) | sigBit(unix.SIGCONT) | sigBit(unix.SIGURG) | sigBit(unix.SIGWINCH) |
+		sigBit(unix.SIGSTOP) | sigBit(unix.SIGTSTP) | sigBit(unix.SIGTTIN) | sigBit(unix.SIGTTOU)
 )
 
-// signalDying reads a /proc/PID/status text: the thread is dying if it or
-// its process has SIGKILL pending, or a signal pending that it does not
-// block, catch or ignore and whose default action ends the process (the
+// statusQuitting reads a /proc/PID/status text: the thread is quitting
+// if it or its process has SIGKILL pending; unless it is traced, also if
+// it has a request to stop pending (SIGHUP, SIGINT, SIGQUIT, SIGTERM) it
+// does not block or ignore, or any signal pending that it does not block,
+// handle or ignore and whose default action ends the process (the
 // core-dumping ones: the kernel turns the others into SIGKILL at once).
-func signalDying(status []byte) (bool, error) {
-	masks := map[string]uint64{}
+func statusQuitting(status []byte) (bool, error) {
+	fields := map[string]uint64{}
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		name, value, ok := bytes.Cut(sc.Bytes(), []byte(":"))
 		if !ok {
 			continue
 		}
+		base := 16
 		switch k := string(name); k {
+		case "TracerPid":
+			base = 10
+			fallthrough
 		case "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt":
-			m, err := strconv.ParseUint(string(bytes.TrimSpace(value)), 16, 64)
+			v, err := strconv.ParseUint(string(bytes.TrimSpace(value)), base, 64)
 			if err != nil {
 				return false, fmt.Errorf("status %s: %w", k, err)
 			}
-			masks[k] = m
+			fields[k] = v
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return false, err
 	}
-	for _, k := range []string{"SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"} {
-		if _, ok := masks[k]; !ok {
+	for _, k := range []string{"TracerPid", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"} {
+		if _, ok := fields[k]; !ok {
 			return false, fmt.Errorf("status has no %s", k)
 		}
 	}
-	pending := masks["SigPnd"] | masks["ShdPnd"]
-	if pending&sigKill != 0 {
+	pending := fields["SigPnd"] | fields["ShdPnd"]
+	if pending&sigBit(unix.SIGKILL) != 0 {
 		return true, nil
 	}
-	return pending&^(masks["SigBlk"]|masks["SigIgn"]|masks["SigCgt"]|sigHarmless) != 0, nil
+	if fields["TracerPid"] != 0 {
+		return false, nil
+	}
+	live := pending &^ (fields["SigBlk"] | fields["SigIgn"])
+	return live&sigStopRequests != 0 || live&^(fields["SigCgt"]|sigHarmless) != 0, nil
 }

@@ -126,8 +126,8 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// holds where the FUSE control file system is not mounted
 		// (containers).
 		MaxBackground: uint16(min(max(opts.MaxBackground, 0), 65535)),
-		// Only a caller being killed has its op cancelled by an
-		// interrupt (interrupt.go).
+		// An interrupt cancels an op only if its caller is quitting
+		// (interrupt.go).
 		OnInterrupt: fsys.interrupted,
 	}
 	if opts.Debug {

@@ -304,12 +304,12 @@ type MountConfig struct {
 	// If set, called for every FUSE_INTERRUPT of an op still in flight,
 	// instead of cancelling the op's context at once: pid is the caller's
 	// thread id as the request header gives it (0 if the caller is outside
-	// the server's pid namespace), cancel cancels the op's context, and
-	// done is closed when the op ends (or is cancelled). The kernel sends
-	// an interrupt for any signal to the caller, also one it handles and
-	// would otherwise restart the system call after (e.g. Go's SIGURG for
-	// preemption), so a server may cancel only when the caller is dying.
-	// It runs on the goroutine that reads requests, so it must not block.
+	// the pid namespace of the process that mounted, or the kernel sent no
+	// credentials), cancel cancels the op's context, and done is closed
+	// when the op ends (or is cancelled). The kernel sends an interrupt for
+	// any signal to the caller, also one it handles and carries on after,
+	// so a server may cancel only when the caller is quitting. It runs on
+	// the goroutine that reads requests, so it must not block.
 	OnInterrupt func(pid uint32, cancel func(), done <-chan struct{})
 }
 
