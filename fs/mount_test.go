@@ -61,6 +61,10 @@ func (m maxReadTracker) ReadAt(ctx context.Context, p []byte, off int64) (int, e
 // preempt, and a garbage collection starting meanwhile stops the world
 // for good, server included (once seen: a test hung 11 minutes). Fault
 // the pages in inside a system call first (populate, below).
+//
+// Unlike os.Open it does not retry EINTR: a signal the test process
+// handles (the runtime's SIGURG) must not fail an open on ferry
+// (interrupt.go). TestTTLZeroOpenUnderConstantChange once failed so.
 func openFile(path string, flag int) (*os.File, error) {
 	fd, err := syscall.Open(path, flag|syscall.O_CLOEXEC, 0)
 	if err != nil {
