@@ -78,10 +78,18 @@ func TestMountPropagatesLikeADaemonSet(t *testing.T) {
 		_, e, code := reader.run(t, "stat", "-f", mnt)
 		return code == 0, e
 	}
+	// Served: a live FUSE mount answers statfs (a dead one fails; with
+	// none, the node's tmpfs would answer), and only then is the list
+	// read. In the other order a check during a restart could list the
+	// dead mount, which ferry then detaches, and get the tmpfs's answer
+	// before the new mount arrived (seen once in CI).
 	served := func() bool {
+		o, _, code := reader.run(t, "stat", "-f", "-c", "%t", mnt)
+		if code != 0 || strings.TrimSpace(o) != fuseSuperMagic {
+			return false
+		}
 		m, err := reader.mountsOn(mnt)
-		ok, _ := answers()
-		return err == nil && len(m) > 0 && m[len(m)-1] == "fuse.ferry" && ok
+		return err == nil && len(m) > 0 && m[len(m)-1] == "fuse.ferry"
 	}
 	mountsOn := func(ns *mountNS) []string {
 		t.Helper()
@@ -215,6 +223,10 @@ func (n *mountNS) mountsOn(dir string) ([]string, error) {
 	}
 	return types, nil
 }
+
+// fuseSuperMagic is statfs's f_type of a FUSE mount, as stat -f -c %t
+// prints it.
+const fuseSuperMagic = "65735546"
 
 // onlyChild waits for the process pid to have a child (unshare --fork's
 // is the program it runs) and returns the child's PID.
