@@ -349,7 +349,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		}, func() float64 { return float64(fs.interrupts.Load()) })
 		interruptsCancelled := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ferry_fs_interrupts_cancelled_total",
-			Help: "Requests cancelled because their caller was quitting (killed, or asked to stop with SIGHUP, SIGINT, SIGQUIT or SIGTERM); an interrupt from another signal the caller handles lets the request finish.",
+			Help: "Requests cancelled because their caller was quitting (killed, or asked to stop with SIGINT or SIGTERM); an interrupt from another signal the caller handles lets the request finish.",
 		}, func() float64 { return float64(fs.interruptsCancelled.Load()) })
 		for _, c := range []prometheus.Collector{fs.hiddenMetric, inodes, stale, ahead, aheadTaken, passthrough, readied, readiedBytes, spliced, direct, interrupts, interruptsCancelled} {
 			if err := cfg.Registerer.Register(c); err != nil {

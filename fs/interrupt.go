@@ -31,10 +31,12 @@ import (
 //     handle (the kernel makes such a signal, Ctrl-C's SIGINT for one, a
 //     SIGKILL for every thread);
 //   - a core-dumping signal pending that it neither handles nor ignores;
-//   - SIGHUP, SIGINT, SIGQUIT or SIGTERM pending, handled or not: a
-//     request to stop. A program that handles it to stop gracefully gets
-//     EINTR at once rather than after the store (Python raises
-//     KeyboardInterrupt); Go and Python retry if it carries on.
+//   - SIGINT or SIGTERM pending, handled or not: a request to stop. A
+//     program that handles it to stop gracefully gets EINTR at once
+//     rather than after the store (Python raises KeyboardInterrupt); Go
+//     and Python retry if it carries on. Not SIGHUP or SIGQUIT: daemons
+//     handle SIGHUP to reload, Java SIGQUIT to print its threads, and
+//     carry on; not handled, both end the caller and count above.
 //
 // Under a debugger (TracerPid) only SIGKILL counts: the debugger may
 // swallow the signal. A caller that is not quitting waits for the op as
@@ -108,7 +110,7 @@ func sigBit(s unix.Signal) uint64 { return 1 << (s - 1) }
 
 var (
 	// Requests to stop, which cancel whether handled or not.
-	sigStopRequests = sigBit(unix.SIGHUP) | sigBit(unix.SIGINT) | sigBit(unix.SIGQUIT) | sigBit(unix.SIGTERM)
+	sigStopRequests = sigBit(unix.SIGINT) | sigBit(unix.SIGTERM)
 	// Signals whose default action does not end the process: SIGCHLD,
 	// SIGCONT, SIGURG and SIGWINCH are ignored, SIGSTOP, SIGTSTP, SIGTTIN
 	// and SIGTTOU stop it.
@@ -118,8 +120,8 @@ var (
 
 // statusQuitting reads a /proc/PID/status text: the thread is quitting
 // if it or its process has SIGKILL pending; unless it is traced, also if
-// it has a request to stop pending (SIGHUP, SIGINT, SIGQUIT, SIGTERM) it
-// does not block or ignore, or any signal pending that it does not block,
+// it has a request to stop pending (SIGINT, SIGTERM) it does not block or
+// ignore, or any signal pending that it does not block,
 // handle or ignore and whose default action ends the process (the
 // core-dumping ones: the kernel turns the others into SIGKILL at once).
 func statusQuitting(status []byte) (bool, error) {
