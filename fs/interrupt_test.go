@@ -188,17 +188,6 @@ func startCaller(t *testing.T, cmd *exec.Cmd, ownTid bool, release func()) *call
 	return c
 }
 
-// waitFor polls cond; a minute without it fails the test (a hang guard,
-// not a timing).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after a minute", what)
-		}
-	}
-}
-
 // TestInterruptCancelsOnlyQuittingCallers: a signal that reaches a
 // caller waiting for the store cancels its op only if the caller is
 // quitting. A signal it handles (Go's SIGURG, a timer) lets the open
@@ -239,7 +228,7 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			caller: goCaller,
 			signal: func(t *testing.T, c *caller, fsys *fileSystem) {
 				tgkill(t, c, syscall.SIGUSR1)
-				waitFor(t, "interrupt", func() bool { return fsys.interrupts.Load() == 1 })
+				require.Eventually(t, func() bool { return fsys.interrupts.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
 			},
 			open: "open <nil>",
 		},
@@ -248,10 +237,10 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			caller: goCaller,
 			signal: func(t *testing.T, c *caller, fsys *fileSystem) {
 				tgkill(t, c, syscall.SIGUSR1)
-				waitFor(t, "interrupt", func() bool { return fsys.interrupts.Load() == 1 })
+				require.Eventually(t, func() bool { return fsys.interrupts.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
 				// Killed after ferry found it alive: the kernel sends no
 				// second interrupt for the kill.
-				waitFor(t, "a look at the caller", func() bool { return fsys.interruptLooks.Load() >= 1 })
+				require.Eventually(t, func() bool { return fsys.interruptLooks.Load() >= 1 }, time.Minute, time.Millisecond, "ferry never looked at the caller")
 				require.NoError(t, c.cmd.Process.Kill())
 			},
 			killedBy: syscall.SIGKILL,
@@ -298,7 +287,7 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			openGate := func() { open.Do(func() { close(gate) }) }
 			t.Cleanup(openGate) // before the unmount, which waits for the fetch
 			c := startCaller(t, tc.caller(filepath.Join(dir, "f")), tc.ownTid, openGate)
-			waitFor(t, "stat of f", func() bool { return reached.Load() == 1 })
+			require.Eventually(t, func() bool { return reached.Load() == 1 }, time.Minute, time.Millisecond, "the open never reached the store")
 			tc.signal(t, c, fsys)
 			if tc.open == "open <nil>" {
 				openGate()
