@@ -10,39 +10,15 @@ package bucket
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"time"
+
+	"ferry/ranges"
 )
 
-// ByteRange is the half-open range [Start, Limit) of an object's bytes.
-// INVARIANT: Start <= Limit.
-type ByteRange struct {
-	Start, Limit uint64
-}
-
-// Len is the number of bytes in the range.
-func (r ByteRange) Len() uint64 {
-	if r.Limit < r.Start {
-		return 0
-	}
-	return r.Limit - r.Start
-}
-
-// Clip returns r limited to an object of the given size.
-func (r ByteRange) Clip(size uint64) ByteRange {
-	if r.Limit > size {
-		r.Limit = size
-	}
-	if r.Start > r.Limit {
-		r.Start = r.Limit
-	}
-	return r
-}
-
-func (r ByteRange) String() string {
-	return fmt.Sprintf("[%d, %d)", r.Start, r.Limit)
-}
+// ByteRange is the half-open range [Start, Limit) of an object's bytes
+// (package ranges, where other layers find it without importing bucket).
+type ByteRange = ranges.ByteRange
 
 // Object is what a store says about one object.
 type Object struct {
