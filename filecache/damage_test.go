@@ -18,8 +18,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket"
 )
 
 // A few bytes of damage in the index's data pages, past the meta pages,
@@ -226,7 +224,7 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(busy, "someone-elses"), nil, 0o644))
 	require.NoError(t, os.Chmod(busy, 0o777))
 	err := open0(busy)
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, err, ErrInvalid)
 	assert.ErrorContains(t, err, "holding more than the cache")
 	assert.Equal(t, os.FileMode(0o777), mode(busy))
 
@@ -240,17 +238,17 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 		theirs := t.TempDir()
 		require.NoError(t, os.Chown(theirs, 65534, 65534))
 		err = open0(theirs)
-		assert.ErrorIs(t, err, bucket.ErrInvalid)
+		assert.ErrorIs(t, err, ErrInvalid)
 		assert.ErrorContains(t, err, "owned by uid 65534")
 		err = open0(filepath.Join(theirs, "cache"))
-		assert.ErrorIs(t, err, bucket.ErrInvalid)
+		assert.ErrorIs(t, err, ErrInvalid)
 		assert.ErrorContains(t, err, "above it is owned by uid 65534")
 
 		v1theirs := t.TempDir()
 		require.NoError(t, os.Mkdir(filepath.Join(v1theirs, "v1"), 0o700))
 		require.NoError(t, os.Chown(filepath.Join(v1theirs, "v1"), 65534, 65534))
 		err = open0(v1theirs)
-		assert.ErrorIs(t, err, bucket.ErrInvalid)
+		assert.ErrorIs(t, err, ErrInvalid)
 		assert.ErrorContains(t, err, "owned by uid 65534, not by ferry's")
 	}
 
@@ -258,7 +256,7 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 	elsewhere := t.TempDir()
 	require.NoError(t, os.Symlink(elsewhere, filepath.Join(link, "v1")))
 	err = open0(link)
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, err, ErrInvalid)
 	entries, _ := os.ReadDir(elsewhere)
 	assert.Empty(t, entries, "nothing written through the link")
 }
@@ -339,13 +337,13 @@ func TestImpossibleLimitsRefused(t *testing.T) {
 	small := base
 	small.MaxSize = 1000
 	_, err := open(small, hooks{})
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, err, ErrInvalid)
 	assert.ErrorContains(t, err, "smaller than one cache block")
 
 	floor := base
 	floor.MinFree = 16 << 20
 	_, err = open(floor, hooks{statfs: func(string) (int64, int64, error) { return 4 << 20, 8 << 20, nil }})
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, err, ErrInvalid)
 	assert.ErrorContains(t, err, "could hold nothing")
 
 	s = openT(t, Config{Dir: dir}, hooks{})

@@ -277,9 +277,15 @@ type Store struct {
 	splice bool // Config.Splice
 }
 
+// ErrInvalid is wrapped by every error about the cache's configuration:
+// Config's sizes and a cache directory ferry must not use (see
+// checkPrivate). Open's other errors are about the machine (a full or
+// read-only volume, a locked index) or the index, and do not wrap it.
+var ErrInvalid = errors.New("invalid argument")
+
 func validateBlockSize(bs int64) error {
 	if bs < minBlockSize || bs > maxBlockSize || bs&(bs-1) != 0 {
-		return fmt.Errorf("cache block size %d must be a power of two from %d to %d: %w", bs, minBlockSize, maxBlockSize, bucket.ErrInvalid)
+		return fmt.Errorf("cache block size %d must be a power of two from %d to %d: %w", bs, minBlockSize, maxBlockSize, ErrInvalid)
 	}
 	return nil
 }
@@ -296,7 +302,7 @@ func Open(cfg Config) (*Store, error) {
 
 func open(cfg Config, h hooks) (*Store, error) {
 	if cfg.Dir == "" {
-		return nil, fmt.Errorf("cache dir is empty: %w", bucket.ErrInvalid)
+		return nil, fmt.Errorf("cache dir is empty: %w", ErrInvalid)
 	}
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = DefaultBlockSize
@@ -305,13 +311,13 @@ func open(cfg Config, h hooks) (*Store, error) {
 		return nil, err
 	}
 	if cfg.MaxSize < 0 || cfg.MinFree < 0 {
-		return nil, fmt.Errorf("cache max size and min free must not be negative: %w", bucket.ErrInvalid)
+		return nil, fmt.Errorf("cache max size and min free must not be negative: %w", ErrInvalid)
 	}
 	// Limits that leave no room would empty the cache at open (it evicts
 	// down to them) and then store nothing, with no word why.
 	if cfg.MaxSize > 0 && cfg.MaxSize < cfg.BlockSize {
 		return nil, fmt.Errorf("the cache size (--cache-size) %s is smaller than one cache block (--cache-block-size %s): %w",
-			humanize.IBytes(uint64(cfg.MaxSize)), humanize.IBytes(uint64(cfg.BlockSize)), bucket.ErrInvalid)
+			humanize.IBytes(uint64(cfg.MaxSize)), humanize.IBytes(uint64(cfg.BlockSize)), ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -366,7 +372,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 	if _, total, err := h.statfs(root); err == nil && total > 0 && cfg.MinFree >= total {
 		return nil, fmt.Errorf("the free space to leave (--cache-min-free) %s is not below the size of the cache's file system (%s): "+
 			"the cache could hold nothing (a percentage, as --cache-min-free 10%%, scales with the volume): %w",
-			humanize.IBytes(uint64(cfg.MinFree)), humanize.IBytes(uint64(total)), bucket.ErrInvalid)
+			humanize.IBytes(uint64(cfg.MinFree)), humanize.IBytes(uint64(total)), ErrInvalid)
 	}
 	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("create cache dir: %w", err)
@@ -1442,7 +1448,7 @@ func checkPrivate(root, dir string, log *slog.Logger) error {
 		}
 		if !trusted(&st) || othersMayWrite(&st) {
 			return fmt.Errorf("cache dir %s: %w: %s above it is owned by uid %d (mode %#o): another user could move the cache and replace it; use a directory on a path only ferry's user or root can change",
-				root, bucket.ErrInvalid, p, st.Uid, st.Mode&0o7777)
+				root, ErrInvalid, p, st.Uid, st.Mode&0o7777)
 		}
 		if p == "/" { // real is absolute
 			break
@@ -1452,7 +1458,7 @@ func checkPrivate(root, dir string, log *slog.Logger) error {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 	if !trusted(&st) {
-		return fmt.Errorf("cache dir %s: %w: owned by uid %d, neither ferry's (%d) nor root's", root, bucket.ErrInvalid, st.Uid, uid)
+		return fmt.Errorf("cache dir %s: %w: owned by uid %d, neither ferry's (%d) nor root's", root, ErrInvalid, st.Uid, uid)
 	}
 	if othersMayWrite(&st) {
 		ents, err := os.ReadDir(real)
@@ -1462,12 +1468,12 @@ func checkPrivate(root, dir string, log *slog.Logger) error {
 		for _, e := range ents {
 			if e.Name() != "v1" && e.Name() != "lost+found" {
 				return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o) and holding more than the cache (%s); give ferry a directory of its own below it",
-					root, bucket.ErrInvalid, st.Mode&0o7777, e.Name())
+					root, ErrInvalid, st.Mode&0o7777, e.Name())
 			}
 		}
 		if st.Uid != uid {
 			return fmt.Errorf("cache dir %s: %w: writable by other users (mode %#o) and not ferry's to change (owner uid %d)",
-				root, bucket.ErrInvalid, st.Mode&0o7777, st.Uid)
+				root, ErrInvalid, st.Mode&0o7777, st.Uid)
 		}
 		if err := os.Chmod(real, 0o700); err != nil {
 			return fmt.Errorf("cache dir: %w", err)
@@ -1478,10 +1484,10 @@ func checkPrivate(root, dir string, log *slog.Logger) error {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("cache dir %s: %w: not a directory (a symbolic link?)", dir, bucket.ErrInvalid)
+		return fmt.Errorf("cache dir %s: %w: not a directory (a symbolic link?)", dir, ErrInvalid)
 	}
 	if st.Uid != uid {
-		return fmt.Errorf("cache dir %s: %w: owned by uid %d, not by ferry's uid %d", dir, bucket.ErrInvalid, st.Uid, uid)
+		return fmt.Errorf("cache dir %s: %w: owned by uid %d, not by ferry's uid %d", dir, ErrInvalid, st.Uid, uid)
 	}
 	return nil
 }

@@ -28,12 +28,12 @@ func TestValidateBlockSize(t *testing.T) {
 		assert.NoError(t, validateBlockSize(bs), bs)
 	}
 	for _, bs := range []int64{-4096, 1, 2048, 4095, 65535, 96 << 10, 32 << 20} {
-		assert.ErrorIs(t, validateBlockSize(bs), bucket.ErrInvalid, bs)
+		assert.ErrorIs(t, validateBlockSize(bs), ErrInvalid, bs)
 		_, err := Open(Config{Dir: t.TempDir(), BlockSize: bs})
-		assert.ErrorIs(t, err, bucket.ErrInvalid, bs)
+		assert.ErrorIs(t, err, ErrInvalid, bs)
 	}
 	_, err := Open(Config{Dir: ""})
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, err, ErrInvalid)
 }
 
 func TestDefaults(t *testing.T) {
@@ -743,7 +743,7 @@ ferry_cache_spliced_bytes_total 4096
 	s2, err := Open(Config{Dir: s.root, BlockSize: testBS, Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, s2.Close())
-	assert.False(t, errors.Is(err, bucket.ErrInvalid))
+	assert.False(t, errors.Is(err, ErrInvalid))
 }
 
 func TestEvictWhileReading(t *testing.T) {
