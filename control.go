@@ -446,7 +446,7 @@ func cachedBytesOf(store *filecache.Store) func(bucket.Object) int64 {
 	if store == nil {
 		return nil
 	}
-	return func(obj bucket.Object) int64 { return store.CachedBytes(&obj) }
+	return func(obj bucket.Object) int64 { return store.CachedBytes(cacheKey(obj)) }
 }
 
 // callControl sends one request to the socket at path.

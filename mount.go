@@ -306,9 +306,9 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 	var backing func(obj bucket.Object) (fs.BackingFile, bool)
 	var unready func(obj bucket.Object, limit int64) [][2]int64
 	if fileStore != nil && cfg.CachePassthrough {
-		unready = func(obj bucket.Object, limit int64) [][2]int64 { return fileStore.Unready(&obj, limit) }
+		unready = func(obj bucket.Object, limit int64) [][2]int64 { return fileStore.Unready(cacheKey(obj), limit) }
 		backing = func(obj bucket.Object) (fs.BackingFile, bool) {
-			if w, ok := fileStore.Whole(&obj); ok {
+			if w, ok := fileStore.Whole(cacheKey(obj)); ok {
 				return w, true
 			}
 			return nil, false
@@ -422,6 +422,11 @@ func unmountRetry(dir string, attempts int, wait time.Duration) error {
 // the full source (with prefix), since object names are relative to it.
 func bucketID(cfg *flags.Config) string {
 	return cfg.Endpoint + "|" + cfg.Source
+}
+
+// cacheKey is obj's version as the disk cache names it.
+func cacheKey(obj bucket.Object) filecache.Key {
+	return filecache.Key{Name: obj.Name, Version: obj.Version, Size: obj.Size}
 }
 
 // openCache creates (if need be) and opens the disk cache. A new cache

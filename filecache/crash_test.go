@@ -12,8 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket"
 )
 
 const (
@@ -26,7 +24,7 @@ const (
 	crashCap = crashObjs * crashBlocks * testBS / 2
 )
 
-func crashObj(i int) *bucket.Object { return obj(fmt.Sprintf("crash/%d", i), crashBlocks*testBS-33) }
+func crashObj(i int) Key { return obj(fmt.Sprintf("crash/%d", i), crashBlocks*testBS-33) }
 
 // TestCrashChild is the child half of TestCrashKill9: it fills a cache
 // until it is killed. It does nothing unless started by the parent.

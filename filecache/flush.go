@@ -78,7 +78,7 @@ func (s *Store) flushOnce() error {
 		p := pendingPut{e: e, key: []byte(k)}
 		if e.metaDirty {
 			p.meta = encodeRecord(&record{
-				name: e.name, version: e.version, size: e.size, blockSize: s.blockSize,
+				name: e.obj.Name, version: e.obj.Version, size: e.obj.Size, blockSize: s.blockSize,
 				bytes: e.bytes, present: e.present, crcs: e.crcs,
 			})
 		}

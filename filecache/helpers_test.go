@@ -14,18 +14,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket"
 )
 
 const testBS = 4096
 
-func obj(name string, size uint64) *bucket.Object {
-	return &bucket.Object{Name: name, Size: size, Version: "v1"}
+func obj(name string, size uint64) Key {
+	return Key{Name: name, Size: size, Version: "v1"}
 }
 
 // blockData is the deterministic content of block idx of o.
-func blockData(o *bucket.Object, idx, bs int64) []byte {
+func blockData(o Key, idx, bs int64) []byte {
 	n := min(bs, int64(o.Size)-idx*bs)
 	h := fnv.New64a()
 	h.Write([]byte(o.Name + "\x00" + o.Version))
@@ -38,7 +36,7 @@ func blockData(o *bucket.Object, idx, bs int64) []byte {
 }
 
 // blocksData is blocks [first, first+count) of o, clipped to its end.
-func blocksData(o *bucket.Object, first, count, bs int64) []byte {
+func blocksData(o Key, first, count, bs int64) []byte {
 	var p []byte
 	for i := first; i < first+count && i*bs < int64(o.Size); i++ {
 		p = append(p, blockData(o, i, bs)...)
@@ -47,19 +45,19 @@ func blocksData(o *bucket.Object, first, count, bs int64) []byte {
 }
 
 // ReadBlock is ReadBlocks for one block.
-func (s *Store) ReadBlock(obj *bucket.Object, idx int64, p []byte) bool {
+func (s *Store) ReadBlock(obj Key, idx int64, p []byte) bool {
 	var ok [1]bool
 	return s.ReadBlocks(obj, idx, p, ok[:]) == 1
 }
 
 // WriteBlocks is WriteBlocksCRC with every CRC computed by the store.
-func (s *Store) WriteBlocks(obj *bucket.Object, first int64, p []byte) int {
+func (s *Store) WriteBlocks(obj Key, first int64, p []byte) int {
 	return s.WriteBlocksCRC(obj, first, p, nil)
 }
 
 // readOK reads block idx and, if the store says it has it, checks the
 // bytes. Returns whether it was a hit.
-func readOK(t *testing.T, s *Store, o *bucket.Object, idx int64) bool {
+func readOK(t *testing.T, s *Store, o Key, idx int64) bool {
 	t.Helper()
 	want := blockData(o, idx, s.BlockSize())
 	p := make([]byte, len(want))
@@ -148,7 +146,7 @@ func (s *Store) checkInvariants(t *testing.T) {
 		assert.True(t, e.live)
 		assert.Same(t, e, s.entries[e.key])
 		if e.own {
-			assert.Same(t, e, s.byObj[objKey{e.name, e.version, e.size}])
+			assert.Same(t, e, s.byObj[e.obj])
 		}
 		assert.Equal(t, 0, e.pins, "pins with nothing in flight")
 		sum += e.bytes
@@ -211,12 +209,12 @@ func (s *Store) checkInvariants(t *testing.T) {
 		if !assert.NoError(t, err) {
 			continue
 		}
-		n := min(s.blockSize, int64(b.e.size)-b.idx*s.blockSize)
+		n := min(s.blockSize, int64(b.e.obj.Size)-b.idx*s.blockSize)
 		p := make([]byte, n)
 		_, err = f.ReadAt(p, b.idx*s.blockSize)
 		f.Close()
 		assert.NoError(t, err)
-		assert.Equal(t, b.crc, crc32.Checksum(p, castagnoli), "crc of %s block %d", b.e.name, b.idx)
+		assert.Equal(t, b.crc, crc32.Checksum(p, castagnoli), "crc of %s block %d", b.e.obj.Name, b.idx)
 	}
 }
 

@@ -1,16 +1,12 @@
 package filecache
 
-import (
-	"ferry/bucket"
-)
-
 // CachedBytes is how many bytes of obj's version are present in the cache
 // (the blocks marked present, the last one counting its short length).
 // It reads only memory: no disk access, no CRC check, and it does not
 // count as a hit or a miss or change the LRU order, so asking never
 // disturbs what it measures.
-func (s *Store) CachedBytes(obj *bucket.Object) int64 {
-	if obj == nil || obj.Size == 0 {
+func (s *Store) CachedBytes(obj Key) int64 {
+	if obj.Size == 0 {
 		return 0
 	}
 	s.mu.Lock()
@@ -35,7 +31,7 @@ func (s *Store) Drop(match func(name string) bool) (entries int, bytes int64) {
 	s.mu.Lock()
 	var victims []*entry
 	for _, e := range s.byObj {
-		if !match(e.name) {
+		if !match(e.obj.Name) {
 			continue
 		}
 		entries++

@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket"
 )
 
 // TestDataFileNameIsStable pins the on-disk key: the SHA-256 of (bucket
@@ -20,7 +18,7 @@ func TestDataFileNameIsStable(t *testing.T) {
 	const want = "8793af82787417a9d031f64dfb68b8921635c76fa3fdd053eda3d5e3646a9fe2"
 	dir := t.TempDir()
 	s := openT(t, Config{Dir: dir, BucketID: "mem://test"}, hooks{})
-	o := &bucket.Object{Name: "train/a.rec", Version: "1700000000000001", Size: 123456789}
+	o := Key{Name: "train/a.rec", Version: "1700000000000001", Size: 123456789}
 	assert.Equal(t, want, s.keyFor(o))
 
 	require.Equal(t, 1, s.WriteBlocks(o, 0, blockData(o, 0, testBS)))

@@ -10,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket"
 )
 
 // TestRandomOperations drives the store with random reads, writes,
@@ -26,12 +24,12 @@ func TestRandomOperations(t *testing.T) {
 			cfg := Config{Dir: dir, MaxSize: 24 * testBS, Splice: true}
 			h := hooks{maxOpen: 3}
 			s := openT(t, cfg, h)
-			var objs []*bucket.Object
+			var objs []Key
 			for i := 0; i < 8; i++ {
 				objs = append(objs, obj(fmt.Sprintf("o%d", i), uint64(r.IntN(10*testBS)+1)))
 			}
 			// written[o][i]: written since the last loss we know of.
-			written := map[*bucket.Object]map[int64]bool{}
+			written := map[Key]map[int64]bool{}
 			for _, o := range objs {
 				written[o] = map[int64]bool{}
 			}
@@ -139,7 +137,7 @@ func TestRandomOperations(t *testing.T) {
 func TestConcurrentReadWriteEvict(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, Config{Dir: dir, MaxSize: 16 * testBS}, hooks{maxOpen: 2})
-	var objs []*bucket.Object
+	var objs []Key
 	for i := 0; i < 6; i++ {
 		objs = append(objs, obj(fmt.Sprintf("o%d", i), 8*testBS-100))
 	}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"os"
 	"sync"
-
-	"ferry/bucket"
 )
 
 // Spliced reads (Config.Splice).
@@ -90,8 +88,8 @@ func (s *Store) wroteLocked(e *entry, before, after fileStamp, stamped, ok bool)
 // runs (CheckAsRead), whose count needs the reads to go through
 // ReadBlocks. It fstats the file: a file changed behind the store's back
 // loses every checked block.
-func (s *Store) Spliceable(obj *bucket.Object, off, n int64) (f *os.File, release func(), ok bool) {
-	if !s.splice || obj == nil || off < 0 || n <= 0 || off+n > int64(obj.Size) {
+func (s *Store) Spliceable(obj Key, off, n int64) (f *os.File, release func(), ok bool) {
+	if !s.splice || off < 0 || n <= 0 || off+n > int64(obj.Size) {
 		return nil, nil, false
 	}
 	b0, b1 := off/s.blockSize, (off+n-1)/s.blockSize

@@ -11,14 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket"
 )
 
 // spliceOK calls Spliceable for [off, off+n) of o and, if it hands out a
 // file, checks that the file holds the object's bytes there; then
 // releases it. Returns whether it handed one out.
-func spliceOK(t *testing.T, s *Store, o *bucket.Object, off, n int64) bool {
+func spliceOK(t *testing.T, s *Store, o Key, off, n int64) bool {
 	t.Helper()
 	f, release, ok := s.Spliceable(o, off, n)
 	if !ok {
@@ -36,7 +34,7 @@ func spliceOK(t *testing.T, s *Store, o *bucket.Object, off, n int64) bool {
 
 // readBlocks reads blocks [first, first+n) of o through ReadBlocks and
 // requires them all good.
-func readBlocks(t *testing.T, s *Store, o *bucket.Object, first, n int64) {
+func readBlocks(t *testing.T, s *Store, o Key, first, n int64) {
 	t.Helper()
 	p := blocksData(o, first, n, testBS)
 	ok := make([]bool, n)
@@ -168,7 +166,7 @@ func TestSpliceablePinsTheFile(t *testing.T) {
 // handed out is right.
 func TestSpliceableConcurrent(t *testing.T) {
 	s := openT(t, Config{Dir: t.TempDir(), MaxSize: 12 * testBS, Splice: true}, hooks{maxOpen: 2})
-	var objs []*bucket.Object
+	var objs []Key
 	for i := range 4 {
 		objs = append(objs, obj(fmt.Sprintf("o%d", i), 6*testBS-10))
 	}

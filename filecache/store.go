@@ -2,9 +2,6 @@ package filecache
 
 import (
 	"container/list"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -24,8 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
-
-	"ferry/bucket"
 )
 
 // DefaultBlockSize is 64 KiB. A 512 KiB record at a random offset touches
@@ -149,23 +144,12 @@ type deletion struct {
 	unlinked, committed bool
 }
 
-// objKey identifies an object version within this store's bucket; map
-// lookups by it spare the read path a SHA-256.
-type objKey struct {
-	name, version string
-	size          uint64
-}
-
-func objKeyOf(o *bucket.Object) objKey { return objKey{o.Name, o.Version, o.Size} }
-
 // entry is one cached object version.
 type entry struct {
 	// Constant data
-	key     string // hex SHA-256, also the file name
+	key     string // keyFor(obj): hex SHA-256, also the file name
 	own     bool   // cached for this BucketID (not left by another bucket)
-	name    string
-	version string
-	size    uint64
+	obj     Key
 	nblocks int64
 	path    string
 
@@ -247,7 +231,7 @@ type Store struct {
 	// INVARIANT: e in entries <=> e.live <=> e.elem != nil.
 	// INVARIANT: byObj holds exactly the entries with own set.
 	entries     map[string]*entry    // GUARDED_BY(mu); by key, incl. other buckets' entries
-	byObj       map[objKey]*entry    // GUARDED_BY(mu); this bucket's entries
+	byObj       map[Key]*entry       // GUARDED_BY(mu); this bucket's entries, by Key: no SHA-256 per lookup
 	lru         *list.List           // GUARDED_BY(mu); front = most recent
 	open        *list.List           // GUARDED_BY(mu); entries with an open file, front = most recent
 	deleting    map[string]*deletion // GUARDED_BY(mu); evicted, not yet unlinked and committed
@@ -354,7 +338,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 		entries:     map[string]*entry{},
-		byObj:       map[objKey]*entry{},
+		byObj:       map[Key]*entry{},
 		lru:         list.New(),
 		open:        list.New(),
 		deleting:    map[string]*deletion{},
@@ -415,7 +399,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 		if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
 			return nil, err
 		}
-		s.entries, s.byObj, s.lru, s.used = map[string]*entry{}, map[objKey]*entry{}, list.New(), 0
+		s.entries, s.byObj, s.lru, s.used = map[string]*entry{}, map[Key]*entry{}, list.New(), 0
 		if err := s.load(nil, nil); err != nil {
 			s.db.Close()
 			return nil, err
@@ -460,7 +444,7 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 	sort.Slice(rows, func(i, j int) bool { return rows[i].atime < rows[j].atime })
 	for _, r := range rows {
 		e := &entry{
-			key: r.key, name: r.rec.name, version: r.rec.version, size: r.rec.size,
+			key: r.key, obj: Key{Name: r.rec.name, Version: r.rec.version, Size: r.rec.size},
 			nblocks: numBlocks(r.rec.size, r.rec.blockSize), path: s.pathFor(r.key),
 			present: r.rec.present, crcs: r.rec.crcs, atime: r.atime, live: true,
 		}
@@ -479,9 +463,9 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 		s.entries[e.key] = e
 		// Entries another BucketID left in a shared Dir stay until LRU
 		// evicts them; only ours can be looked up.
-		if k := (objKey{e.name, e.version, e.size}); s.keyFor(&bucket.Object{Name: k.name, Version: k.version, Size: k.size}) == e.key {
+		if s.keyFor(e.obj) == e.key {
 			e.own = true
-			s.byObj[k] = e
+			s.byObj[e.obj] = e
 		}
 		s.used += e.bytes
 	}
@@ -580,50 +564,16 @@ func (s *Store) rebuildIndex(why error) error {
 	return nil
 }
 
-// keyFor hashes what identifies one object version's bytes. Fields are
-// length-prefixed so no two tuples hash the same input.
-func (s *Store) keyFor(obj *bucket.Object) string {
-	h := sha256.New()
-	var n [8]byte
-	for _, f := range []string{"ferry-filecache-v1", s.bucketID, obj.Name, obj.Version} {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(f)))
-		h.Write(n[:])
-		h.Write([]byte(f))
-	}
-	binary.LittleEndian.PutUint64(n[:], obj.Size)
-	h.Write(n[:])
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
-}
-
-func (s *Store) pathFor(key string) string {
-	return filepath.Join(s.dataDir, key[:2], key)
-}
-
 // BlockSize is the size of every block but an object's last.
 func (s *Store) BlockSize() int64 { return s.blockSize }
-
-// blockLen is the length of block idx, or -1 if the object has no such block.
-func (s *Store) blockLen(obj *bucket.Object, idx int64) int64 {
-	if idx < 0 || idx >= numBlocks(obj.Size, s.blockSize) {
-		return -1
-	}
-	return min(s.blockSize, int64(obj.Size)-idx*s.blockSize)
-}
-
-// lookupLocked returns the live entry for obj, or nil.
-// LOCKS_REQUIRED(s.mu)
-func (s *Store) lookupLocked(obj *bucket.Object) *entry {
-	return s.byObj[objKeyOf(obj)]
-}
 
 // WillRead tells the kernel that blocks [first, first+n) of obj are about
 // to be read (posix_fadvise WILLNEED), so that the disk reads behind one
 // application read of many blocks run together instead of one block
 // after another. Best effort: a missing entry or a failed advice is
 // ignored; it reads nothing and changes no state.
-func (s *Store) WillRead(obj *bucket.Object, first, n int64) {
-	if obj == nil || n <= 0 {
+func (s *Store) WillRead(obj Key, first, n int64) {
+	if n <= 0 {
 		return
 	}
 	s.mu.Lock()
@@ -655,8 +605,8 @@ func (s *Store) unpin(e *entry) {
 
 // HasBlock reports whether block idx of obj is cached (it may still fail
 // its CRC check when read).
-func (s *Store) HasBlock(obj *bucket.Object, idx int64) bool {
-	if obj == nil || s.blockLen(obj, idx) < 0 {
+func (s *Store) HasBlock(obj Key, idx int64) bool {
+	if s.blockLen(obj, idx) < 0 {
 		return false
 	}
 	s.mu.Lock()
@@ -672,9 +622,9 @@ func (s *Store) HasBlock(obj *bucket.Object, idx int64) bool {
 // is absent, was evicted, or fails its CRC (then it is dropped and
 // counted); its bytes in p are then undefined. It never fills a block with
 // bytes other than those stored for this object version.
-func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int {
+func (s *Store) ReadBlocks(obj Key, first int64, p []byte, ok []bool) int {
 	clear(ok)
-	if obj == nil || len(ok) == 0 {
+	if len(ok) == 0 {
 		return 0
 	}
 	var span int64
@@ -791,9 +741,9 @@ func (s *Store) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool)
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		s.logOnce("read: missing", "cache file vanished (cache directory deleted?); its blocks are fetched again", "object", e.name)
+		s.logOnce("read: missing", "cache file vanished (cache directory deleted?); its blocks are fetched again", "object", e.obj.Name)
 	case lost:
-		s.logOnce("read: unreadable", "cache file cannot be opened; its blocks are fetched again", "object", e.name, "err", err)
+		s.logOnce("read: unreadable", "cache file cannot be opened; its blocks are fetched again", "object", e.obj.Name, "err", err)
 	}
 	filled, hit := 0, int64(0)
 	for i, good := range ok {
@@ -833,7 +783,7 @@ func (s *Store) countCorrupt(e *entry, n int, idx int64) {
 	s.corrupt.Add(int64(n))
 	// Once: a failing disk would otherwise log every block it holds.
 	s.logOnce("read: corrupt", "cache block failed its checksum; dropped and fetched again (logged once; see ferry_cache_corrupt_blocks_total)",
-		"object", e.name, "block", idx)
+		"object", e.obj.Name, "block", idx)
 }
 
 func (s *Store) countMissBlocks(blocks int, bytes int64) {
@@ -851,8 +801,8 @@ func (s *Store) countMissBlocks(blocks int, bytes int64) {
 // how many blocks, from first on, are now stored: fewer when the cache
 // cannot make room or the disk fails. Never an error: the cache is best
 // effort.
-func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs []uint32) int {
-	if obj == nil || s.blockLen(obj, first) < 0 {
+func (s *Store) WriteBlocksCRC(obj Key, first int64, p []byte, crcs []uint32) int {
+	if s.blockLen(obj, first) < 0 {
 		return 0
 	}
 	// Split p into whole blocks.
@@ -895,14 +845,14 @@ func (s *Store) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs [
 			return 0
 		}
 		e = &entry{
-			key: key, own: true, name: obj.Name, version: obj.Version, size: obj.Size,
+			key: key, own: true, obj: obj,
 			nblocks: numBlocks(obj.Size, s.blockSize), path: s.pathFor(key), live: true,
 		}
 		e.present = newBitmap(e.nblocks)
 		e.crcs = make([]uint32, e.nblocks)
 		e.elem = s.lru.PushFront(e)
 		s.entries[key] = e
-		s.byObj[objKeyOf(obj)] = e
+		s.byObj[obj] = e
 		s.markDirtyLocked(e, true)
 	}
 	s.touchLocked(e)
@@ -1115,7 +1065,7 @@ func (s *Store) evictLocked(e *entry) *entry {
 	e.elem = nil
 	delete(s.entries, e.key)
 	if e.own {
-		delete(s.byObj, objKey{e.name, e.version, e.size})
+		delete(s.byObj, e.obj)
 	}
 	delete(s.dirty, e.key)
 	s.deleted[e.key] = struct{}{}
@@ -1139,7 +1089,7 @@ func (s *Store) evictLocked(e *entry) *entry {
 func (s *Store) abandonLocked(e *entry) {
 	s.lru.Remove(e.elem)
 	delete(s.entries, e.key)
-	delete(s.byObj, objKey{e.name, e.version, e.size})
+	delete(s.byObj, e.obj)
 	delete(s.dirty, e.key)
 	e.live, e.elem = false, nil
 }

@@ -19,8 +19,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-
-	"ferry/bucket"
 )
 
 func TestValidateBlockSize(t *testing.T) {
@@ -76,9 +74,9 @@ func TestReadWrite(t *testing.T) {
 	assert.False(t, s.ReadBlock(o, 5, make([]byte, testBS)))
 	assert.False(t, s.ReadBlock(o, 6, make([]byte, 100)))
 	assert.False(t, s.ReadBlock(o, -1, p))
-	o2 := *o
+	o2 := o
 	o2.Version = "v2"
-	assert.False(t, s.ReadBlock(&o2, 1, p))
+	assert.False(t, s.ReadBlock(o2, 1, p))
 	assert.Zero(t, s.WriteBlocks(o, 6, p))
 	assert.Zero(t, s.WriteBlocks(o, 0, p[:10]))
 	assert.Zero(t, s.WriteBlocks(obj("empty", 0), 0, nil))
@@ -143,7 +141,7 @@ func TestEvictionKeepsUnderCap(t *testing.T) {
 	dir := t.TempDir()
 	const limit = 20 * testBS
 	s := openT(t, Config{Dir: dir, MaxSize: limit}, hooks{})
-	var objs []*bucket.Object
+	var objs []Key
 	for i := 0; i < 30; i++ {
 		o := obj(fmt.Sprintf("o%d", i), 3*testBS+7)
 		objs = append(objs, o)
@@ -488,7 +486,7 @@ func TestConcurrentFirstWrites(t *testing.T) {
 
 // alignedBlocks returns blocksData copied into a page-aligned buffer, as
 // readahead's pooled part buffers are.
-func alignedBlocks(o *bucket.Object, first, count int64) []byte {
+func alignedBlocks(o Key, first, count int64) []byte {
 	src := blocksData(o, first, count, testBS)
 	buf := make([]byte, len(src)+directAlign)
 	skip := (directAlign - int(uintptr(unsafe.Pointer(&buf[0]))%directAlign)) % directAlign
@@ -570,7 +568,7 @@ func TestDirectWrites(t *testing.T) {
 	require.Equal(t, 4, s.WriteBlocks(o2, 0, alignedBlocks(o2, 0, 4)))
 	assert.Equal(t, 100+4*testBS, buffered, "refused: through the page cache")
 	assert.True(t, s.noDirect.Load())
-	for _, ob := range []*bucket.Object{o, o2} {
+	for _, ob := range []Key{o, o2} {
 		for i := int64(0); i < numBlocks(ob.Size, testBS); i++ {
 			assert.True(t, readOK(t, s, ob, i), "%s block %d", ob.Name, i)
 		}
@@ -652,7 +650,7 @@ func TestENOSPC(t *testing.T) {
 	// Lie about free space so writes really hit ENOSPC.
 	lie := func(string) (int64, int64, error) { return 1 << 40, 1 << 40, nil }
 	s := openT(t, Config{Dir: cache, MaxSize: 1 << 30, BlockSize: 64 << 10, Logger: slog.New(rec)}, hooks{statfs: lie})
-	var objs []*bucket.Object
+	var objs []Key
 	full := false
 	for i := 0; i < 40 && !full; i++ {
 		o := obj(fmt.Sprintf("o%d", i), 4*64<<10)
@@ -852,7 +850,7 @@ func TestWillRead(t *testing.T) {
 	before := s.Stats()
 	s.WillRead(o, 1, 3)
 	s.WillRead(o, 0, 0)
-	s.WillRead(nil, 0, 1)
+	s.WillRead(Key{}, 0, 1)
 	assert.Equal(t, before, s.Stats(), "advice counts as neither hit nor miss")
 	for i := range int64(4) {
 		assert.True(t, readOK(t, s, o, i))

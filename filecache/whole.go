@@ -5,8 +5,6 @@ import (
 	"os"
 	"sync"
 	"syscall"
-
-	"ferry/bucket"
 )
 
 // fileStamp identifies a data file and its last change: any write to it
@@ -44,15 +42,15 @@ type WholeFile struct {
 	s    *Store
 	e    *entry
 	f    *os.File
-	obj  bucket.Object
+	obj  Key
 	once sync.Once
 }
 
 // Whole returns obj's data file if every block of obj is cached. The
 // bytes are not checked yet: Check does that. Its caller must call
 // Release once.
-func (s *Store) Whole(obj *bucket.Object) (*WholeFile, bool) {
-	if obj == nil || obj.Size == 0 {
+func (s *Store) Whole(obj Key) (*WholeFile, bool) {
+	if obj.Size == 0 {
 		return nil, false
 	}
 	s.mu.Lock()
@@ -65,7 +63,7 @@ func (s *Store) Whole(obj *bucket.Object) (*WholeFile, bool) {
 	e.holds++
 	s.touchLocked(e)
 	s.mu.Unlock()
-	w := &WholeFile{s: s, e: e, obj: *obj}
+	w := &WholeFile{s: s, e: e, obj: obj}
 	f, err := s.fileFor(e, false)
 	if err != nil {
 		w.Release()
@@ -113,7 +111,7 @@ func (w *WholeFile) Check() bool {
 	// A file cut short is checked too, so that its lost blocks are
 	// dropped now; a longer one (appended to behind our back) may hold
 	// good blocks, but the kernel would read past the object's end.
-	if !s.checkWhole(e, w.f, &w.obj) || before.size != int64(w.obj.Size) {
+	if !s.checkWhole(e, w.f, w.obj) || before.size != int64(w.obj.Size) {
 		return false
 	}
 	after, err := stampOf(w.f)
@@ -146,7 +144,7 @@ func (w *WholeFile) Release() {
 
 // checkWhole reads every block of e (pinned) from f and checks its CRC;
 // blocks that fail are dropped.
-func (s *Store) checkWhole(e *entry, f *os.File, obj *bucket.Object) bool {
+func (s *Store) checkWhole(e *entry, f *os.File, obj Key) bool {
 	s.mu.Lock()
 	want := make([]uint32, e.nblocks)
 	copy(want, e.crcs)
@@ -294,7 +292,7 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 	whole := e.live && e.present.count() == e.nblocks
 	// A longer file may hold good blocks, but the kernel would read past
 	// the object's end (as in Check).
-	if err == nil && st == rc.stamp && whole && st.size == int64(e.size) {
+	if err == nil && st == rc.stamp && whole && st.size == int64(e.obj.Size) {
 		e.verified = st
 		s.readChecks.Add(1)
 		if e.readCheck == nil || e.readCheck.stamp == st {
@@ -317,8 +315,8 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 // obj whole, or checked. Nothing (nil) if obj has no entry, nothing
 // stands in the way, a read check was asked for but no read has started
 // it, or more than limit bytes would be read.
-func (s *Store) Unready(obj *bucket.Object, limit int64) [][2]int64 {
-	if obj == nil || obj.Size == 0 {
+func (s *Store) Unready(obj Key, limit int64) [][2]int64 {
+	if obj.Size == 0 {
 		return nil
 	}
 	s.mu.Lock()
@@ -342,7 +340,7 @@ func (s *Store) Unready(obj *bucket.Object, limit int64) [][2]int64 {
 	}
 	var out [][2]int64
 	var total int64
-	size := int64(e.size)
+	size := int64(e.obj.Size)
 	for i := int64(0); i < e.nblocks; i++ {
 		if i&63 == 0 && ready[i>>6] == ^uint64(0) {
 			i += 63

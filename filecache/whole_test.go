@@ -11,13 +11,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket"
 )
 
 // wholeOK calls Whole and Check and, if the file passes, compares every
 // byte of it; then releases it. Returns whether it passed.
-func wholeOK(t *testing.T, s *Store, o *bucket.Object) bool {
+func wholeOK(t *testing.T, s *Store, o Key) bool {
 	t.Helper()
 	w, ok := s.Whole(o)
 	if !ok {
@@ -36,7 +34,7 @@ func wholeOK(t *testing.T, s *Store, o *bucket.Object) bool {
 
 // corruptAt writes a byte into o's data file that differs from the one
 // there, as another process (or a bad disk write) would.
-func corruptAt(t *testing.T, s *Store, o *bucket.Object, off int64) {
+func corruptAt(t *testing.T, s *Store, o Key, off int64) {
 	t.Helper()
 	f, err := os.OpenFile(s.pathFor(s.keyFor(o)), os.O_RDWR, 0)
 	require.NoError(t, err)
@@ -65,9 +63,9 @@ func TestWholeOnlyWhenEveryBlockIsCached(t *testing.T) {
 	assert.EqualValues(t, 1, s.Stats().WholeChecks)
 
 	// Another version of the name is another file.
-	o2 := &bucket.Object{Name: "o", Size: o.Size, Version: "v2"}
+	o2 := Key{Name: "o", Size: o.Size, Version: "v2"}
 	assert.False(t, wholeOK(t, s, o2))
-	assert.False(t, wholeOK(t, s, &bucket.Object{Name: "empty", Version: "v1"}))
+	assert.False(t, wholeOK(t, s, Key{Name: "empty", Version: "v1"}))
 	s.checkInvariants(t)
 
 	// A new process checks again.
@@ -112,7 +110,7 @@ func TestWholeChecksAgainAfterTheFileChanged(t *testing.T) {
 }
 
 // appendTo appends to o's data file behind the store's back.
-func appendTo(t *testing.T, s *Store, o *bucket.Object, more string) {
+func appendTo(t *testing.T, s *Store, o Key, more string) {
 	t.Helper()
 	f, err := os.OpenFile(s.pathFor(s.keyFor(o)), os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(t, err)
@@ -243,7 +241,7 @@ func TestWholeWrittenDuringTheCheck(t *testing.T) {
 
 // checkAsRead hands o out, asks for its reads to check it, and gives it
 // back; it returns whether o was Checked before.
-func checkAsRead(t *testing.T, s *Store, o *bucket.Object) bool {
+func checkAsRead(t *testing.T, s *Store, o Key) bool {
 	t.Helper()
 	w, ok := s.Whole(o)
 	require.True(t, ok)
@@ -254,7 +252,7 @@ func checkAsRead(t *testing.T, s *Store, o *bucket.Object) bool {
 }
 
 // isChecked reports Checked of o, handed out whole.
-func isChecked(t *testing.T, s *Store, o *bucket.Object) bool {
+func isChecked(t *testing.T, s *Store, o Key) bool {
 	t.Helper()
 	w, ok := s.Whole(o)
 	if !ok {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"ferry/bucket"
+	"ferry/filecache"
 )
 
 // pattern is the source of every fake object's bytes: byte off of an
@@ -241,7 +242,7 @@ var (
 	_ willReader = (*memCache)(nil)
 )
 
-func (c *memCache) WillRead(obj *bucket.Object, first, n int64) { c.advised.Add(n) }
+func (c *memCache) WillRead(obj filecache.Key, first, n int64) { c.advised.Add(n) }
 
 func newMemCache(bs int64) *memCache {
 	return &memCache{bs: bs, blocks: map[memCacheKey][]byte{}, writes: map[memCacheKey]int{}}
@@ -252,17 +253,17 @@ type memCacheKey struct {
 	idx           int64
 }
 
-func cacheKey(obj *bucket.Object, idx int64) memCacheKey {
+func cacheKey(obj filecache.Key, idx int64) memCacheKey {
 	return memCacheKey{obj.Name, obj.Version, idx}
 }
 
-func (c *memCache) blockLen(obj *bucket.Object, idx int64) int64 {
+func (c *memCache) blockLen(obj filecache.Key, idx int64) int64 {
 	return min(c.bs, int64(obj.Size)-idx*c.bs)
 }
 
 func (c *memCache) BlockSize() int64 { return c.bs }
 
-func (c *memCache) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int {
+func (c *memCache) ReadBlocks(obj filecache.Key, first int64, p []byte, ok []bool) int {
 	c.reads.Add(int64(len(ok)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -281,7 +282,7 @@ func (c *memCache) ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bo
 	return n
 }
 
-func (c *memCache) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs []uint32) int {
+func (c *memCache) WriteBlocksCRC(obj filecache.Key, first int64, p []byte, crcs []uint32) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.refuse {
@@ -305,7 +306,7 @@ func (c *memCache) WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crc
 	return n
 }
 
-func (c *memCache) HasBlock(obj *bucket.Object, idx int64) bool {
+func (c *memCache) HasBlock(obj filecache.Key, idx int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.blocks[cacheKey(obj, idx)]

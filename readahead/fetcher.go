@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ferry/bucket"
+	"ferry/filecache"
 )
 
 // BlockCache is the local disk cache of fixed-size blocks of object
@@ -41,14 +42,14 @@ type BlockCache interface {
 	// first (the last may be the object's short final block), in one disk
 	// read; ok[i] (len(ok) blocks) reports whether block first+i was
 	// present and intact. It returns how many were.
-	ReadBlocks(obj *bucket.Object, first int64, p []byte, ok []bool) int
+	ReadBlocks(obj filecache.Key, first int64, p []byte, ok []bool) int
 	// WriteBlocksCRC stores p, consecutive whole blocks starting at block
 	// first (the last may be the object's short final block), and returns
 	// how many it stored. crcs[i], if present, is the CRC32C (Castagnoli)
 	// of block first+i, computed by the caller.
-	WriteBlocksCRC(obj *bucket.Object, first int64, p []byte, crcs []uint32) int
+	WriteBlocksCRC(obj filecache.Key, first int64, p []byte, crcs []uint32) int
 	// HasBlock reports whether block idx of obj is present.
-	HasBlock(obj *bucket.Object, idx int64) bool
+	HasBlock(obj filecache.Key, idx int64) bool
 }
 
 // ErrClosed is returned by reads on a closed Handle or Fetcher.
@@ -73,6 +74,11 @@ type objKey struct {
 type blockKey struct {
 	obj objKey
 	idx int64
+}
+
+// cacheKeyOf is obj's version as the block cache names it.
+func cacheKeyOf(obj bucket.Object) filecache.Key {
+	return filecache.Key{Name: obj.Name, Version: obj.Version, Size: obj.Size}
 }
 
 // part is one ranged GET of whole blocks [first, limit) = bytes [start, end)
@@ -213,8 +219,9 @@ func (f *Fetcher) Cached(obj bucket.Object) bool {
 	if f.cache == nil {
 		return false
 	}
+	k := cacheKeyOf(obj)
 	for i, n := int64(0), (int64(obj.Size)+f.bs-1)/f.bs; i < n; i++ {
-		if !f.cache.HasBlock(&obj, i) {
+		if !f.cache.HasBlock(k, i) {
 			return false
 		}
 	}
@@ -223,7 +230,7 @@ func (f *Fetcher) Cached(obj bucket.Object) bool {
 
 // Open returns a handle reading obj, pinned to obj.Version.
 func (f *Fetcher) Open(obj bucket.Object) *Handle {
-	h := &Handle{f: f, obj: obj, key: objKey{name: obj.Name, version: obj.Version, size: obj.Size}}
+	h := &Handle{f: f, obj: obj, key: objKey{name: obj.Name, version: obj.Version, size: obj.Size}, cacheKey: cacheKeyOf(obj)}
 	if obj.Version == "" {
 		h.key.unpinned = f.unpinned.Add(1)
 	}
@@ -373,7 +380,8 @@ func (f *Fetcher) fetch(p *part) {
 	}
 	stored := false
 	if f.cache != nil {
-		n := f.cache.WriteBlocksCRC(p.obj, p.first, buf, crcs)
+		// The owner's key: every handle sharing p reads p.obj's version.
+		n := f.cache.WriteBlocksCRC(p.owner.cacheKey, p.first, buf, crcs)
 		stored = int64(n) >= p.limit-p.first
 	}
 	f.settle(p, stored)

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"ferry/bucket"
+	"ferry/filecache"
 )
 
 // Handle reads one object version. ReadAt may be called concurrently.
@@ -21,8 +22,9 @@ type Handle struct {
 	f *Fetcher
 
 	// Constant data
-	obj bucket.Object
-	key objKey
+	obj      bucket.Object
+	key      objKey
+	cacheKey filecache.Key // obj, for the block cache
 	// medium: at most mediumObjectSize; fetched whole (like a small
 	// object) if the handle's first read starts at offset 0.
 	medium bool
@@ -136,7 +138,7 @@ func (h *Handle) ReadRandomly() (random, known bool) {
 
 // splicer is the cache's Spliceable (filecache.Store).
 type splicer interface {
-	Spliceable(obj *bucket.Object, off, n int64) (*os.File, func(), bool)
+	Spliceable(obj filecache.Key, off, n int64) (*os.File, func(), bool)
 }
 
 // Spliceable is ReadAt for a caller that can send bytes from a file
@@ -153,7 +155,7 @@ func (h *Handle) Spliceable(off int64, size int) (f *os.File, n int, release fun
 		return nil, 0, nil, false
 	}
 	end := min(off+int64(size), int64(h.obj.Size))
-	f, release, ok = sp.Spliceable(&h.obj, off, end-off)
+	f, release, ok = sp.Spliceable(h.cacheKey, off, end-off)
 	if !ok {
 		return nil, 0, nil, false
 	}
@@ -352,7 +354,7 @@ func (h *Handle) issue(s *stream, from, to int64) bool {
 	b0, b1 := from/f.bs, (to+f.bs-1)/f.bs
 	missing := make([]bool, b1-b0)
 	for i := range missing {
-		missing[i] = f.cache == nil || !f.cache.HasBlock(&h.obj, b0+int64(i))
+		missing[i] = f.cache == nil || !f.cache.HasBlock(h.cacheKey, b0+int64(i))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -613,7 +615,7 @@ func (c *chunk) unref(parts []*part) {
 func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 	f := c.f
 	if wr, ok := f.cache.(willReader); ok && c.advise && c.left > 1 {
-		wr.WillRead(&c.h.obj, c.b0, int64(len(c.filled)))
+		wr.WillRead(c.h.cacheKey, c.b0, int64(len(c.filled)))
 	}
 	// Runs of whole blocks wanted: one disk read each.
 	for j := 0; j < len(c.filled); {
@@ -628,7 +630,7 @@ func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 		_, _, lo, _ := c.blockRange(c.b0 + int64(j))
 		_, _, _, hi := c.blockRange(c.b0 + int64(k-1))
 		ok := c.filled[j:k:k] // filled by ReadBlocks (all false here)
-		n := f.cache.ReadBlocks(&c.h.obj, c.b0+int64(j), c.dst[lo-c.cs:hi-c.cs], ok)
+		n := f.cache.ReadBlocks(c.h.cacheKey, c.b0+int64(j), c.dst[lo-c.cs:hi-c.cs], ok)
 		c.left -= n
 		if n > 0 {
 			for i, good := range ok {
@@ -655,7 +657,7 @@ func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 		}
 		buf := f.pool.get(be - bs)
 		var got [1]bool
-		if f.cache.ReadBlocks(&c.h.obj, i, buf, got[:]) == 0 {
+		if f.cache.ReadBlocks(c.h.cacheKey, i, buf, got[:]) == 0 {
 			f.pool.put(buf)
 			f.budget.Release(cost)
 			continue
@@ -716,7 +718,7 @@ func (c *chunk) smallExtras() []int64 {
 		if i >= c.b0 && i < c.b0+int64(len(c.filled)) {
 			continue
 		}
-		if f.cache == nil || !f.cache.HasBlock(&c.h.obj, i) {
+		if f.cache == nil || !f.cache.HasBlock(c.h.cacheKey, i) {
 			extras = append(extras, i)
 		}
 	}
@@ -892,5 +894,5 @@ func stopUndelivered(own []*part) {
 // one: a 512 KiB record is 9 blocks of 64 KiB, and reading them in turn
 // from a cold page cache waits for 9 disk reads in a row.
 type willReader interface {
-	WillRead(obj *bucket.Object, first, n int64)
+	WillRead(obj filecache.Key, first, n int64)
 }

@@ -200,13 +200,13 @@ func TestDemandReadAnsweredBeforeItsPadding(t *testing.T) {
 		}
 	})
 	for i := int64(1); i <= 4; i++ {
-		assert.False(t, cache.HasBlock(&obj, i), "block %d cached before its bytes arrived", i)
+		assert.False(t, cache.HasBlock(cacheKeyOf(obj), i), "block %d cached before its bytes arrived", i)
 	}
 	open()
 	h.Close() // waits for the fetch and its cache write
 	assert.Equal(t, []bucket.ByteRange{{Start: 64 << 10, Limit: 320 << 10}}, b.ranges("o"))
 	for i := int64(1); i <= 4; i++ {
-		assert.True(t, cache.HasBlock(&obj, i), "block %d", i)
+		assert.True(t, cache.HasBlock(cacheKeyOf(obj), i), "block %d", i)
 	}
 	h = f.Open(obj)
 	readCheck(t, b, h, 64*KiB, 256*KiB)
@@ -234,7 +234,7 @@ func TestDemandReadAnsweredBeforeItsPaddingFails(t *testing.T) {
 	h.Close()
 	assert.True(t, failed.Load())
 	for i := int64(1); i <= 4; i++ {
-		assert.False(t, cache.HasBlock(&obj, i), "block %d cached from a failed request", i)
+		assert.False(t, cache.HasBlock(cacheKeyOf(obj), i), "block %d cached from a failed request", i)
 	}
 	assert.Zero(t, f.Stats().BudgetInUse, "the failed request's buffer is still accounted")
 	h = f.Open(obj)
@@ -242,7 +242,7 @@ func TestDemandReadAnsweredBeforeItsPaddingFails(t *testing.T) {
 	h.Close()
 	assert.Len(t, b.requests(), 2)
 	for i := int64(1); i <= 4; i++ {
-		assert.True(t, cache.HasBlock(&obj, i), "block %d", i)
+		assert.True(t, cache.HasBlock(cacheKeyOf(obj), i), "block %d", i)
 	}
 }
 
