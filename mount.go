@@ -304,9 +304,11 @@ func serve(cfg *flags.Config, logger *slog.Logger, ready func()) (err error) {
 		openAhead = func(obj bucket.Object) fs.ContentReader { return fetcher.OpenAhead(obj) }
 	}
 	var backing func(obj bucket.Object) (fs.BackingFile, bool)
-	var unready func(obj bucket.Object, limit int64) [][2]int64
+	var unready func(obj bucket.Object, limit int64) []bucket.ByteRange
 	if fileStore != nil && cfg.CachePassthrough {
-		unready = func(obj bucket.Object, limit int64) [][2]int64 { return fileStore.Unready(cacheKey(obj), limit) }
+		unready = func(obj bucket.Object, limit int64) []bucket.ByteRange {
+			return fileStore.Unready(cacheKey(obj), limit)
+		}
 		backing = func(obj bucket.Object) (fs.BackingFile, bool) {
 			if w, ok := fileStore.Whole(cacheKey(obj)); ok {
 				return w, true

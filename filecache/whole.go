@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"ferry/ranges"
 )
 
 // fileStamp identifies a data file and its last change: any write to it
@@ -308,14 +310,14 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 }
 
 // Unready returns what stands between obj and its next passthrough open,
-// if that is at most limit bytes: the byte ranges [off, end) of the blocks
-// not cached and, while reads check it (CheckAsRead), of those they have
-// not yet found good. Reading those ranges through the store (which
+// if that is at most limit bytes: the byte ranges, in order and with
+// adjacent blocks merged, of the blocks not cached and, while reads check
+// it (CheckAsRead), of those they have not yet found good. Reading those ranges through the store (which
 // fetches and caches what is missing, and counts what it reads) makes
 // obj whole, or checked. Nothing (nil) if obj has no entry, nothing
 // stands in the way, a read check was asked for but no read has started
 // it, or more than limit bytes would be read.
-func (s *Store) Unready(obj Key, limit int64) [][2]int64 {
+func (s *Store) Unready(obj Key, limit int64) []ranges.ByteRange {
 	if obj.Size == 0 {
 		return nil
 	}
@@ -338,7 +340,7 @@ func (s *Store) Unready(obj Key, limit int64) [][2]int64 {
 	if n == 0 || (n-1)*s.blockSize >= limit { // the object's last block may be short
 		return nil
 	}
-	var out [][2]int64
+	var out []ranges.ByteRange
 	var total int64
 	size := int64(e.obj.Size)
 	for i := int64(0); i < e.nblocks; i++ {
@@ -351,10 +353,10 @@ func (s *Store) Unready(obj Key, limit int64) [][2]int64 {
 		}
 		off, end := i*s.blockSize, min((i+1)*s.blockSize, size)
 		total += end - off
-		if k := len(out) - 1; k >= 0 && out[k][1] == off {
-			out[k][1] = end
+		if k := len(out) - 1; k >= 0 && out[k].Limit == uint64(off) {
+			out[k].Limit = uint64(end)
 		} else {
-			out = append(out, [2]int64{off, end})
+			out = append(out, ranges.ByteRange{Start: uint64(off), Limit: uint64(end)})
 		}
 	}
 	if total > limit {

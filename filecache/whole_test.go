@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"ferry/ranges"
 )
 
 // wholeOK calls Whole and Check and, if the file passes, compares every
@@ -440,8 +442,8 @@ func TestUnready(t *testing.T) {
 	o := obj("o", 9*testBS+100) // 10 blocks, the last short
 	assert.Nil(t, s.Unready(o, 1<<30), "nothing cached")
 	require.Equal(t, 7, s.WriteBlocks(o, 1, blocksData(o, 1, 7, testBS)))
-	assert.Equal(t, [][2]int64{{0, testBS}, {8 * testBS, 9*testBS + 100}}, s.Unready(o, 1<<30))
-	assert.Equal(t, [][2]int64{{0, testBS}, {8 * testBS, 9*testBS + 100}}, s.Unready(o, 2*testBS+100))
+	assert.Equal(t, []ranges.ByteRange{{Start: 0, Limit: testBS}, {Start: 8 * testBS, Limit: 9*testBS + 100}}, s.Unready(o, 1<<30))
+	assert.Equal(t, []ranges.ByteRange{{Start: 0, Limit: testBS}, {Start: 8 * testBS, Limit: 9*testBS + 100}}, s.Unready(o, 2*testBS+100))
 	assert.Nil(t, s.Unready(o, 2*testBS+99), "more than max")
 	require.Equal(t, 2, s.WriteBlocks(o, 8, blocksData(o, 8, 2, testBS)))
 	require.Equal(t, 1, s.WriteBlocks(o, 0, blocksData(o, 0, 1, testBS)))
@@ -451,9 +453,9 @@ func TestUnready(t *testing.T) {
 	assert.Nil(t, s.Unready(o, 1<<30), "no read has started the check")
 	require.True(t, readOK(t, s, o, 4))
 	require.True(t, readOK(t, s, o, 5))
-	assert.Equal(t, [][2]int64{{0, 4 * testBS}, {6 * testBS, 9*testBS + 100}}, s.Unready(o, 1<<30))
+	assert.Equal(t, []ranges.ByteRange{{Start: 0, Limit: 4 * testBS}, {Start: 6 * testBS, Limit: 9*testBS + 100}}, s.Unready(o, 1<<30))
 	for _, r := range s.Unready(o, 1<<30) {
-		for i := r[0] / testBS; i*testBS < r[1]; i++ {
+		for i := int64(r.Start) / testBS; i*testBS < int64(r.Limit); i++ {
 			require.True(t, readOK(t, s, o, i))
 		}
 	}
@@ -465,7 +467,7 @@ func TestUnready(t *testing.T) {
 	big := obj("big", 200*testBS)
 	require.Equal(t, 64, s.WriteBlocks(big, 0, blocksData(big, 0, 64, testBS)))
 	require.Equal(t, 135, s.WriteBlocks(big, 65, blocksData(big, 65, 135, testBS)))
-	assert.Equal(t, [][2]int64{{64 * testBS, 65 * testBS}}, s.Unready(big, 1<<30))
+	assert.Equal(t, []ranges.ByteRange{{Start: 64 * testBS, Limit: 65 * testBS}}, s.Unready(big, 1<<30))
 	s.checkInvariants(t)
 }
 

@@ -95,7 +95,7 @@ type Config struct {
 	// stand between it and its next passthrough open, if they come to at
 	// most limit bytes (filecache.Store.Unready): ferry reads them when a
 	// handle read through it is released (ready.go).
-	Unready func(obj bucket.Object, limit int64) [][2]int64
+	Unready func(obj bucket.Object, limit int64) []bucket.ByteRange
 	// Splice sends reads of bytes the disk cache has checked already
 	// from the cache file, without ferry reading them (the reader's
 	// optional Spliceable), and opens files read at random for direct
@@ -284,7 +284,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		nextHandle:  1,
 	}
 	fs.pt.whole = cfg.Backing
-	var unready func(bucket.Object, int64) [][2]int64
+	var unready func(bucket.Object, int64) []bucket.ByteRange
 	if cfg.Backing != nil {
 		unready = cfg.Unready
 	}

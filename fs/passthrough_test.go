@@ -479,12 +479,12 @@ func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 type recordingReader struct {
 	ContentReader
 	mu    *sync.Mutex
-	reads *[][2]int64
+	reads *[]bucket.ByteRange
 }
 
 func (r recordingReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	r.mu.Lock()
-	*r.reads = append(*r.reads, [2]int64{off, off + int64(len(p))})
+	*r.reads = append(*r.reads, bucket.ByteRange{Start: uint64(off), Limit: uint64(off) + uint64(len(p))})
 	r.mu.Unlock()
 	return r.ContentReader.ReadAt(ctx, p, off)
 }
@@ -501,9 +501,9 @@ func TestPassthroughReadiesTheRest(t *testing.T) {
 	b.put("g", data)
 	disk := newFakeDisk(t)
 	var mu sync.Mutex
-	var readers []*[][2]int64 // the reads of each reader opened, in order
+	var readers []*[]bucket.ByteRange // the reads of each reader opened, in order
 	var asked []int64
-	unready := map[string][][2]int64{"f": {{0, 4096}, {1800 << 10, 2 << 20}}}
+	unready := map[string][]bucket.ByteRange{"f": {{Start: 0, Limit: 4096}, {Start: 1800 << 10, Limit: 2 << 20}}}
 	var opens atomic.Int64
 	dir, fsys := mount(t, b, func(cfg *Config) {
 		cfg.Backing = disk.backing
@@ -512,11 +512,11 @@ func TestPassthroughReadiesTheRest(t *testing.T) {
 			opens.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
-			reads := new([][2]int64)
+			reads := new([]bucket.ByteRange)
 			readers = append(readers, reads)
 			return recordingReader{open(obj), &mu, reads}
 		}
-		cfg.Unready = func(obj bucket.Object, max int64) [][2]int64 {
+		cfg.Unready = func(obj bucket.Object, max int64) []bucket.ByteRange {
 			mu.Lock()
 			defer mu.Unlock()
 			asked = append(asked, max)
@@ -570,15 +570,15 @@ func TestReadierTriesAgainOnlyAfterAChange(t *testing.T) {
 	obj := bucket.Object{Name: "f", Size: 1 << 20, Version: "1"}
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
-	ranges := [][2]int64{{0, 4096}}
-	var reads []*[][2]int64
+	ranges := []bucket.ByteRange{{Start: 0, Limit: 4096}}
+	var reads []*[]bucket.ByteRange
 	r := newReadier(func(o bucket.Object) ContentReader {
 		mu.Lock()
 		defer mu.Unlock()
-		rr := new([][2]int64)
+		rr := new([]bucket.ByteRange)
 		reads = append(reads, rr)
 		return recordingReader{openDirect(b)(o), &mu, rr}
-	}, func(bucket.Object, int64) [][2]int64 {
+	}, func(bucket.Object, int64) []bucket.ByteRange {
 		mu.Lock()
 		defer mu.Unlock()
 		return ranges
@@ -599,7 +599,7 @@ func TestReadierTriesAgainOnlyAfterAChange(t *testing.T) {
 	r.released(obj)
 	assert.Equal(t, 1, readied(), "the same bytes in the way, just tried")
 	mu.Lock()
-	ranges = [][2]int64{{0, 8192}}
+	ranges = []bucket.ByteRange{{Start: 0, Limit: 8192}}
 	mu.Unlock()
 	r.released(obj)
 	assert.Equal(t, 2, readied(), "other bytes in the way")

@@ -53,13 +53,13 @@ type readyKey struct {
 // way then.
 type readyTry struct {
 	at     time.Time
-	ranges [][2]int64
+	ranges []bucket.ByteRange
 }
 
 // readier readies files after their handles are released.
 type readier struct {
-	open    func(obj bucket.Object) ContentReader           // Config.Open
-	unready func(obj bucket.Object, limit int64) [][2]int64 // Config.Unready; nil: off
+	open    func(obj bucket.Object) ContentReader                   // Config.Open
+	unready func(obj bucket.Object, limit int64) []bucket.ByteRange // Config.Unready; nil: off
 	log     *slog.Logger
 	now     func() time.Time
 	ctx     context.Context
@@ -74,7 +74,7 @@ type readier struct {
 	files, bytes atomic.Uint64 // readied (nothing stood in the way after), bytes read; for the metrics and tests
 }
 
-func newReadier(open func(obj bucket.Object) ContentReader, unready func(obj bucket.Object, limit int64) [][2]int64, log *slog.Logger, now func() time.Time) *readier {
+func newReadier(open func(obj bucket.Object) ContentReader, unready func(obj bucket.Object, limit int64) []bucket.ByteRange, log *slog.Logger, now func() time.Time) *readier {
 	r := &readier{open: open, unready: unready, log: log, now: now, busy: map[readyKey]bool{}, tried: map[readyKey]readyTry{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
@@ -124,16 +124,16 @@ func (r *readier) released(obj bucket.Object) {
 }
 
 // read reads ranges of obj through a reader of its own.
-func (r *readier) read(obj bucket.Object, ranges [][2]int64) {
+func (r *readier) read(obj bucket.Object, ranges []bucket.ByteRange) {
 	reader := r.open(obj)
 	defer reader.Close()
 	var buf []byte
 	for _, rg := range ranges {
-		l := rg[1] - rg[0]
+		l := int64(rg.Len())
 		if int64(len(buf)) < l {
 			buf = make([]byte, l)
 		}
-		got, err := reader.ReadAt(r.ctx, buf[:l], rg[0])
+		got, err := reader.ReadAt(r.ctx, buf[:l], int64(rg.Start))
 		r.bytes.Add(uint64(got))
 		if err != nil && int64(got) < l {
 			r.log.Debug("fs: cannot read the rest of a file for passthrough", "path", obj.Name, "err", err)
