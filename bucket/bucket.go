@@ -38,6 +38,14 @@ type Object struct {
 	HasCRC32C bool
 }
 
+// SameVersion reports whether o and p are the same version of the same
+// object. Without versions (Version "") a rewrite of the same size shows
+// only in Updated.
+func (o *Object) SameVersion(p *Object) bool {
+	return o.Name == p.Name && o.Version == p.Version && o.Size == p.Size &&
+		(o.Version != "" || o.Updated.Equal(p.Updated))
+}
+
 // StatRequest asks about one object.
 type StatRequest struct {
 	Name string

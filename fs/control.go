@@ -14,7 +14,7 @@ import (
 	"github.com/jacobsa/fuse"
 	"github.com/jacobsa/fuse/fuseops"
 
-	"ferry/bucket"
+	"ferry/metadata"
 )
 
 // Control lets the process that mounted a file system act on it while it
@@ -33,6 +33,10 @@ func NewControl() *Control { return &Control{} }
 // ErrNotMounted is returned by Control methods before Mount or after the
 // file system has stopped serving.
 var ErrNotMounted = errors.New("fs: not mounted")
+
+// ErrInvalid is returned by Control methods for a path no file can have,
+// or a directory where a file is needed.
+var ErrInvalid = errors.New("invalid argument")
 
 func (c *Control) bind(fs *fileSystem) {
 	c.mu.Lock()
@@ -89,7 +93,7 @@ type CachedFile struct {
 	// NoCache: the mount has no disk cache (and the rest is unset).
 	NoCache bool
 	// OpenedAhead: the mount has opened the file ahead of its reader
-	// (--read-ahead-files, ahead.go) and no open has taken it yet. Its
+	// (--read-ahead-files, readahead.Files) and no open has taken it yet. Its
 	// bytes are being fetched, or were, for a reader expected soon: what
 	// the cache holds of it is not what it held before that reader came.
 	OpenedAhead bool
@@ -106,22 +110,22 @@ func (c *Control) Cached(ctx context.Context, p string) (CachedFile, error) {
 	if err != nil {
 		return CachedFile{}, err
 	}
-	if fs.cachedBytes == nil {
-		return CachedFile{NoCache: true}, nil
-	}
 	clean, err := cleanObjectPath(p)
 	if err != nil {
 		return CachedFile{}, err
 	}
-	e, err := fs.resolve(ctx, clean)
+	e, err := fs.meta.Resolve(ctx, clean)
 	if err != nil {
 		return CachedFile{}, err
 	}
-	if e.kind != kindFile {
-		return CachedFile{}, fmt.Errorf("fs: %q is not a file: %w", p, bucket.ErrInvalid)
+	if e.Kind != metadata.File {
+		return CachedFile{}, fmt.Errorf("fs: %q is not a file: %w", p, ErrInvalid)
 	}
-	return CachedFile{Bytes: fs.cachedBytes(e.obj), Size: int64(e.obj.Size),
-		OpenedAhead: fs.ahead.waitsForReader(clean, e.obj)}, nil
+	n, ok := fs.content.CachedBytes(e.Obj)
+	if !ok {
+		return CachedFile{NoCache: true}, nil
+	}
+	return CachedFile{Bytes: n, Size: int64(e.Obj.Size), OpenedAhead: fs.readers.OpenedAhead(clean, e.Obj)}, nil
 }
 
 // cleanObjectPath turns "/a/b/", "a/b" or "" into "a/b" or "" (the root),
@@ -132,16 +136,11 @@ func cleanObjectPath(p string) (string, error) {
 		return "", nil
 	}
 	for _, c := range strings.Split(p, "/") {
-		if !validName(c) {
-			return "", fmt.Errorf("fs: invalid path %q: %w", p, bucket.ErrInvalid)
+		if !metadata.ValidName(c) {
+			return "", fmt.Errorf("fs: invalid path %q: %w", p, ErrInvalid)
 		}
 	}
 	return p, nil
-}
-
-// under reports whether name is p or below it; everything is under "".
-func under(name, p string) bool {
-	return p == "" || name == p || strings.HasPrefix(name, p+"/")
 }
 
 // kernelEntry is one name the kernel may have cached.
@@ -153,18 +152,18 @@ type kernelEntry struct {
 }
 
 func (fs *fileSystem) invalidate(ctx context.Context, p string) (InvalidateResult, error) {
-	res := InvalidateResult{Path: p, CacheItems: fs.cache.invalidate(p)}
-	res.CacheItems += fs.ahead.dropUnder(p)
+	res := InvalidateResult{Path: p, CacheItems: fs.meta.Invalidate(p)}
+	res.CacheItems += fs.readers.Forget(p)
 
 	// The inodes the kernel holds at or under p, with their parents. A
 	// name the kernel caches has a live inode, and so has its parent.
 	var kes []kernelEntry
 	fs.mu.Lock()
 	for id, in := range fs.inodes {
-		if id == fuseops.RootInodeID || !under(in.path, p) {
+		if id == fuseops.RootInodeID || !metadata.Under(in.path, p) {
 			continue
 		}
-		dir, name := splitPath(in.path)
+		dir, name := metadata.SplitPath(in.path)
 		parent, ok := fs.byKey[inodeKey{path: dir, dir: true}]
 		if !ok {
 			continue // the kernel cannot hold a name whose parent it forgot
@@ -230,43 +229,6 @@ func (fs *fileSystem) notifyKernel(ctx context.Context, kes []kernelEntry) (int,
 	case <-timer.C:
 		return 0, errors.New("fs: kernel invalidation timed out")
 	}
-}
-
-// invalidate drops every entry and listing at or under p, and the listing
-// of p's parent (which names p); p == "" drops everything. It returns how
-// many items it dropped.
-func (c *metaCache) invalidate(p string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	// Answers of requests begun before now must not come back.
-	c.gen++
-	if len(c.floors) >= maxFloors {
-		clear(c.floors)
-		c.floors[""] = c.seq
-	}
-	c.floors[p] = c.seq
-	c.floorMax = c.seq
-	n := 0
-	for k := range c.entries {
-		if under(k, p) {
-			delete(c.entries, k)
-			n++
-		}
-	}
-	for k := range c.listings {
-		if under(k, p) {
-			delete(c.listings, k)
-			n++
-		}
-	}
-	if p != "" {
-		parent, _ := splitPath(p)
-		if _, ok := c.listings[parent]; ok {
-			delete(c.listings, parent)
-			n++
-		}
-	}
-	return n
 }
 
 // connState is the file system's side of the kernel connection.

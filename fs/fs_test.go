@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sort"
 	"strings"
@@ -24,6 +23,7 @@ import (
 
 	"ferry/bucket"
 	"ferry/bucket/mem"
+	"ferry/metadata"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -46,54 +46,18 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// rangeReader is the test ContentReader: every ReadAt is one pinned ranged
-// read straight from the bucket.
-type rangeReader struct {
-	b   bucket.Bucket
-	obj bucket.Object
-}
-
-func (r *rangeReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if off >= int64(r.obj.Size) {
-		return 0, io.EOF
-	}
-	rc, err := r.b.NewRangeReader(ctx, &bucket.ReadRequest{
-		Name: r.obj.Name, Version: r.obj.Version,
-		Range: bucket.ByteRange{Start: uint64(off), Limit: uint64(off) + uint64(len(p))},
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer rc.Close()
-	n, err := io.ReadFull(rc, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = io.EOF
-	}
-	return n, err
-}
-
-func (r *rangeReader) Close() {}
-
-func openDirect(b bucket.Bucket) func(bucket.Object) ContentReader {
-	return func(obj bucket.Object) ContentReader { return &rangeReader{b: b, obj: obj} }
-}
-
-func newTestFS(t *testing.T, b bucket.Bucket, clock *fakeClock, mutate func(*Config)) *fileSystem {
+func newTestFS(t *testing.T, b bucket.Bucket, clock *fakeClock, mutate func(*testConfig)) *fileSystem {
 	t.Helper()
-	cfg := Config{Bucket: b, Open: openDirect(b), MetadataTTL: time.Minute, NegativeTTL: time.Minute}
+	tc := &testConfig{Bucket: b, Open: openDirect(b), MetadataTTL: time.Minute, NegativeTTL: time.Minute}
 	if mutate != nil {
-		mutate(&cfg)
+		mutate(tc)
 	}
 	var now func() time.Time
 	if clock != nil {
 		now = clock.Now
 	}
-	fs, err := newFileSystem(cfg, now)
+	fs, err := newFileSystem(tc.build(t, now), now)
 	require.NoError(t, err)
-	// Unit tests count store requests exactly; TestDirPrefetch turns the
-	// background directory listing back on.
-	fs.prefetch.enabled = false
-	t.Cleanup(fs.prefetch.stop)
 	t.Cleanup(fs.checkInvariants)
 	return fs
 }
@@ -196,29 +160,6 @@ func names(ds []dirent) []string {
 	return out
 }
 
-func TestValidName(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		ok   bool
-	}{
-		{"a", true},
-		{"with space", true},
-		{"ünïcødé", true},
-		{"100%", true},
-		{"...", true},
-		{".hidden", true},
-		{strings.Repeat("x", 255), true},
-		{"", false},
-		{".", false},
-		{"..", false},
-		{"a\x00b", false},
-		{"a/b", false},
-		{strings.Repeat("x", 256), false},
-	} {
-		assert.Equal(t, tc.ok, validName(tc.name), "%q", tc.name)
-	}
-}
-
 func TestErrnoMapping(t *testing.T) {
 	fs := newTestFS(t, newTestBucket(), nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -245,102 +186,6 @@ func TestErrnoMapping(t *testing.T) {
 		assert.Equal(t, tc.want, fs.errno("test", "p", tc.err), "%v", tc.err)
 	}
 	assert.NoError(t, fs.errno("test", "p", nil))
-}
-
-func TestMetaCacheTTL(t *testing.T) {
-	clock := newFakeClock()
-	file := entry{kind: kindFile, obj: bucket.Object{Name: "d/f", Version: "1"}}
-
-	t.Run("positive and negative expire separately", func(t *testing.T) {
-		c := newMetaCache(time.Minute, time.Second, clock.Now)
-		c.put("d/f", file)
-		c.put("d/missing", entry{kind: kindNone})
-		e, ok := c.lookup("d/f")
-		require.True(t, ok)
-		assert.Equal(t, file.obj, e.obj)
-		_, ok = c.lookup("d/missing")
-		require.True(t, ok)
-		clock.Advance(2 * time.Second)
-		_, ok = c.lookup("d/missing")
-		assert.False(t, ok, "negative entry outlived NegativeTTL")
-		_, ok = c.lookup("d/f")
-		assert.True(t, ok)
-		clock.Advance(time.Minute)
-		_, ok = c.lookup("d/f")
-		assert.False(t, ok)
-	})
-	t.Run("forever", func(t *testing.T) {
-		c := newMetaCache(-1, -1, clock.Now)
-		c.put("d/f", file)
-		c.put("d/missing", entry{kind: kindNone})
-		c.putListing("d", []dirEntry{{name: "f", entry: file}}, c.begin())
-		clock.Advance(100 * 365 * 24 * time.Hour)
-		_, ok := c.lookup("d/f")
-		assert.True(t, ok)
-		_, ok = c.lookup("d/missing")
-		assert.True(t, ok)
-		_, ok = c.listing("d")
-		assert.True(t, ok)
-	})
-	t.Run("disabled", func(t *testing.T) {
-		c := newMetaCache(0, 0, clock.Now)
-		c.put("d/f", file)
-		c.put("d/missing", entry{kind: kindNone})
-		c.putListing("d", []dirEntry{{name: "f", entry: file}}, c.begin())
-		_, ok := c.lookup("d/f")
-		assert.False(t, ok)
-		_, ok = c.lookup("d/missing")
-		assert.False(t, ok)
-		_, ok = c.listing("d")
-		assert.False(t, ok)
-	})
-	t.Run("listing answers children, newer wins", func(t *testing.T) {
-		c := newMetaCache(time.Minute, time.Minute, clock.Now)
-		c.put("d/new", entry{kind: kindNone}) // older than the listing
-		c.putListing("d", []dirEntry{{name: "f", entry: file}, {name: "new", entry: entry{kind: kindDir}}}, c.begin())
-		e, ok := c.lookup("d/new")
-		require.True(t, ok)
-		assert.Equal(t, kindDir, e.kind, "an older negative entry shadowed the listing")
-		e, ok = c.lookup("d/other")
-		require.True(t, ok)
-		assert.Equal(t, kindNone, e.kind, "a complete listing proves absence")
-		c.put("d/f", entry{kind: kindNone}) // newer than the listing
-		e, ok = c.lookup("d/f")
-		require.True(t, ok)
-		assert.Equal(t, kindNone, e.kind)
-	})
-	t.Run("the request that began later wins, not the one stored later", func(t *testing.T) {
-		c := newMetaCache(time.Minute, time.Minute, clock.Now)
-		listed := c.begin() // a listing is asked for ...
-		v1 := entry{kind: kindFile, obj: bucket.Object{Name: "d/g", Version: "1"}, seq: listed}
-		c.put("d/g", entry{kind: kindFile, obj: bucket.Object{Name: "d/g", Version: "2"}}) // ... a Stat sees v2 ...
-		c.put("d/h", entry{kind: kindFile, obj: bucket.Object{Name: "d/h", Version: "1"}}) // ... and a new file ...
-		clock.Advance(30 * time.Second)
-		c.putListing("d", []dirEntry{{name: "g", entry: v1}}, listed) // ... then the listing lands
-		e, ok := c.lookup("d/g")
-		require.True(t, ok)
-		assert.Equal(t, "2", e.obj.Version)
-		e, ok = c.lookup("d/h")
-		require.True(t, ok)
-		assert.Equal(t, kindFile, e.kind)
-		c.put("d/g", v1) // a late answer of an earlier request
-		e, _ = c.lookup("d/g")
-		assert.Equal(t, "2", e.obj.Version)
-		// The name entries expire before the listing: the listing, older,
-		// still cannot answer for those names (ask the store again).
-		clock.Advance(45 * time.Second)
-		_, ok = c.lookup("d/g")
-		assert.False(t, ok)
-		_, ok = c.lookup("d/h")
-		assert.False(t, ok)
-		for range 5000 { // sweeps run now and then; they keep such entries
-			c.put("x/y", entry{kind: kindNone})
-		}
-		_, ok = c.lookup("d/h")
-		assert.False(t, ok)
-		e, _ = c.newest("d/g", 0)
-		assert.Equal(t, "2", e.obj.Version, "in an outage, too, the newer answer")
-	})
 }
 
 func TestLookupKinds(t *testing.T) {
@@ -374,7 +219,7 @@ func TestLookupKinds(t *testing.T) {
 	a, err := lookUp(fs, fuseops.RootInodeID, "a")
 	require.NoError(t, err)
 	assert.Empty(t, readDir(t, fs, a.Child, 4096, false))
-	assert.Equal(t, uint64(1), fs.hiddenNames())
+	assert.Equal(t, uint64(1), fs.meta.Hidden())
 
 	before := b.requests()
 	for _, bad := range []string{"", ".", "..", "x\x00y", strings.Repeat("z", 256)} {
@@ -382,7 +227,7 @@ func TestLookupKinds(t *testing.T) {
 		assert.Equal(t, syscall.ENOENT, err, "%q", bad)
 	}
 	assert.Equal(t, before, b.requests(), "invalid names never reach the store")
-	assert.Equal(t, uint64(6), fs.hiddenNames())
+	assert.Equal(t, uint64(6), fs.meta.Hidden())
 }
 
 func TestLookupAfterListingCostsNothing(t *testing.T) {
@@ -465,7 +310,7 @@ func TestLookupTTL(t *testing.T) {
 	b := newTestBucket()
 	b.put("f", []byte("x"))
 	clock := newFakeClock()
-	fs := newTestFS(t, b, clock, func(c *Config) { c.MetadataTTL, c.NegativeTTL = time.Minute, 10*time.Second })
+	fs := newTestFS(t, b, clock, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = time.Minute, 10*time.Second })
 
 	_, err := lookUp(fs, fuseops.RootInodeID, "f")
 	require.NoError(t, err)
@@ -504,7 +349,7 @@ func TestKernelExpiration(t *testing.T) {
 		ttl  time.Duration
 		want time.Duration
 	}{{-1, forever}, {0, 0}, {time.Hour, time.Hour}} {
-		fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL = tc.ttl })
+		fs := newTestFS(t, b, nil, func(c *testConfig) { c.MetadataTTL = tc.ttl })
 		e, err := lookUp(fs, fuseops.RootInodeID, "f")
 		require.NoError(t, err)
 		if tc.want == 0 {
@@ -579,7 +424,7 @@ func TestReadDirPagingAndOffsets(t *testing.T) {
 	want = append(want, "x", "x.0", "x.1", "x.2", "x.3", "x.4", "x.5")
 	sort.Strings(want)
 
-	fs := newTestFS(t, b, newFakeClock(), func(c *Config) { c.ListPageSize = 7 })
+	fs := newTestFS(t, b, newFakeClock(), func(c *testConfig) { c.ListPageSize = 7 })
 	big, err := lookUp(fs, fuseops.RootInodeID, "big")
 	require.NoError(t, err)
 	ds := readDir(t, fs, big.Child, 300, false)
@@ -590,7 +435,7 @@ func TestReadDirPagingAndOffsets(t *testing.T) {
 			assert.Equal(t, uint32(syscall.DT_DIR), d.typ)
 		}
 	}
-	assert.Equal(t, uint64(3), fs.hiddenNames())
+	assert.Equal(t, uint64(3), fs.meta.Hidden())
 	assert.Greater(t, b.Stats().Lists, int64(1500/7))
 
 	// Offsets are stable within a handle: reading again from the middle
@@ -615,7 +460,7 @@ func TestReadDirPagingAndOffsets(t *testing.T) {
 func TestReadDirError(t *testing.T) {
 	b := newTestBucket()
 	b.put("f", nil)
-	fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL = 0 })
+	fs := newTestFS(t, b, nil, func(c *testConfig) { c.MetadataTTL = 0 })
 	b.SetFaults(mem.Faults{List: func(ctx context.Context, req *bucket.ListRequest) error {
 		return fmt.Errorf("list: %w", bucket.ErrPermission)
 	}})
@@ -674,7 +519,7 @@ func TestReadDirPlusTakesReferences(t *testing.T) {
 func TestOpenReadKeepPageCache(t *testing.T) {
 	b := newTestBucket()
 	b.put("f", []byte("version one"))
-	fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL, c.NegativeTTL = 0, 0 })
+	fs := newTestFS(t, b, nil, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = 0, 0 })
 	ctx := context.Background()
 	f, err := lookUp(fs, fuseops.RootInodeID, "f")
 	require.NoError(t, err)
@@ -877,19 +722,24 @@ func TestMetrics(t *testing.T) {
 	b.put("d/ok", nil)
 	b.put("d/../x", nil)
 	reg := prometheus.NewRegistry()
-	fs := newTestFS(t, b, nil, func(c *Config) { c.Registerer = reg })
+	fs := newTestFS(t, b, nil, func(c *testConfig) { c.Registerer = reg })
 	d, err := lookUp(fs, fuseops.RootInodeID, "d")
 	require.NoError(t, err)
 	require.Equal(t, []string{"ok"}, names(readDir(t, fs, d.Child, 4096, false)))
-	assert.Equal(t, 1.0, testutil.ToFloat64(fs.hiddenMetric))
-	n, err := testutil.GatherAndCount(reg, "ferry_fs_inodes")
-	require.NoError(t, err)
-	assert.Equal(t, 1, n)
+	assert.Equal(t, uint64(1), fs.meta.Hidden())
+	for _, name := range []string{"ferry_fs_inodes", "ferry_fs_hidden_names_total", "ferry_fs_files_read_ahead_total"} {
+		n, err := testutil.GatherAndCount(reg, name)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, name)
+	}
 
-	_, err = newFileSystem(Config{Bucket: b, Open: openDirect(b), Registerer: reg}, nil)
+	meta, err := metadata.New(metadata.Config{Bucket: b})
+	require.NoError(t, err)
+	content := &testContent{tc: &testConfig{Bucket: b}}
+	_, err = newFileSystem(Config{Metadata: meta, Content: content, Registerer: reg}, nil)
 	assert.Error(t, err, "a second registration on the same registry is refused")
-	_, err = newFileSystem(Config{Bucket: b}, nil)
-	assert.Error(t, err)
+	_, err = newFileSystem(Config{Metadata: meta}, nil)
+	assert.Error(t, err, "no Content")
 }
 
 // Hidden names are logged once, as a warning: the objects are in the
@@ -900,7 +750,7 @@ func TestHiddenNamesWarnOnce(t *testing.T) {
 	b.put("c/./d", []byte("x"))
 	b.put("ok", []byte("x"))
 	var logs bytes.Buffer
-	fs := newTestFS(t, b, newFakeClock(), func(c *Config) {
+	fs := newTestFS(t, b, newFakeClock(), func(c *testConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	assert.Equal(t, []string{"a", "c", "ok"}, names(readDir(t, fs, fuseops.RootInodeID, 4096, false)))
@@ -909,7 +759,7 @@ func TestHiddenNamesWarnOnce(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, readDir(t, fs, e.Child, 4096, false))
 	}
-	assert.Equal(t, uint64(2), fs.hiddenNames())
+	assert.Equal(t, uint64(2), fs.meta.Hidden())
 	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN msg=\"hiding object names"), logs.String())
 }
 
@@ -922,7 +772,7 @@ func TestOutageServesExpiredMetadata(t *testing.T) {
 	b.put("d/f", []byte("cached bytes"))
 	b.put("d/g", []byte("listed"))
 	clock := newFakeClock()
-	fs := newTestFS(t, b, clock, func(c *Config) { c.MetadataTTL = time.Minute })
+	fs := newTestFS(t, b, clock, func(c *testConfig) { c.MetadataTTL = time.Minute })
 	ctx := context.Background()
 	d, err := lookUp(fs, fuseops.RootInodeID, "d")
 	require.NoError(t, err)
@@ -954,14 +804,14 @@ func TestOutageServesExpiredMetadata(t *testing.T) {
 	assert.Equal(t, syscall.ENOENT, err, "the listing said so")
 	_, err = lookUp(fs, fuseops.RootInodeID, "never-seen")
 	assert.Equal(t, syscall.EIO, err, "nothing known about it")
-	assert.Equal(t, uint64(4), fs.staleServed.Load())
+	assert.Equal(t, uint64(4), fs.meta.StaleServed())
 	// Just seen down: known names answer without another try (each would
 	// cost a whole retry budget); later the store is asked again.
 	before := b.requests()
 	_, err = lookUp(fs, d.Child, "f")
 	require.NoError(t, err)
 	assert.Equal(t, before, b.requests(), "the store was just seen down")
-	clock.Advance(storeDownGrace + time.Second)
+	clock.Advance(metadata.StoreDownGrace + time.Second)
 	_, err = lookUp(fs, d.Child, "f")
 	require.NoError(t, err)
 	assert.Greater(t, b.requests(), before, "asked again after the grace")
@@ -973,7 +823,7 @@ func TestOutageServesExpiredMetadata(t *testing.T) {
 	// change.
 	b.SetFaults(mem.Faults{})
 	b.put("d/f", []byte("new bytes, longer"))
-	clock.Advance(storeDownGrace + time.Second)
+	clock.Advance(metadata.StoreDownGrace + time.Second)
 	f3, err := lookUp(fs, d.Child, "f")
 	require.NoError(t, err)
 	assert.NotEqual(t, f.Child, f3.Child, "the new version, a new inode")
@@ -1052,7 +902,8 @@ func TestOutageOneProbeAtATime(t *testing.T) {
 	f, err := lookUp(fs, d.Child, "f") // fails fast: the store is down
 	require.NoError(t, err)
 	blocking.Store(true)
-	clock.Advance(storeDownGrace + time.Second)
+	clock.Advance(metadata.StoreDownGrace + time.Second)
+	asked := b.Stats().Stats
 	probe := make(chan error, 1)
 	go func() {
 		e, err := lookUp(fs, d.Child, "f")
@@ -1061,7 +912,7 @@ func TestOutageOneProbeAtATime(t *testing.T) {
 		}
 		probe <- err
 	}()
-	require.Eventually(t, func() bool { return fs.probing.Load() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return b.Stats().Stats > asked }, 5*time.Second, time.Millisecond, "the probe asks the store")
 	clock.Advance(30 * time.Second) // the probe is still waiting
 	g, err := lookUp(fs, d.Child, "g")
 	require.NoError(t, err, "a known name while the store is probed")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -50,11 +51,19 @@ import (
 // interruptPoll is how often an interrupted op's caller is looked at again.
 const interruptPoll = 100 * time.Millisecond
 
+// interruptState counts the FUSE interrupts of ops in flight, and those
+// that cancelled their op because the caller was quitting.
+type interruptState struct {
+	count, cancelled atomic.Uint64
+	looks            atomic.Uint64 // times an interrupted caller was looked at
+	blindLogged      atomic.Bool
+}
+
 // interrupted is the mount's MountConfig.OnInterrupt: tid is the caller's
 // thread, cancel cancels the op and done closes when it ends. It must not
 // block: it runs on the goroutine that reads the kernel's requests.
 func (fs *fileSystem) interrupted(tid uint32, cancel func(), done <-chan struct{}) {
-	fs.interrupts.Add(1)
+	fs.intr.count.Add(1)
 	if tid == 0 {
 		// The caller is outside the pid namespace of the mount (or the
 		// kernel sent no credentials): nothing says whether it is
@@ -68,13 +77,13 @@ func (fs *fileSystem) interrupted(tid uint32, cancel func(), done <-chan struct{
 		defer t.Stop()
 		for {
 			quitting, err := threadQuitting(tid)
-			fs.interruptLooks.Add(1)
+			fs.intr.looks.Add(1)
 			if err != nil {
 				fs.interruptBlind(err.Error())
 				return
 			}
 			if quitting {
-				fs.interruptsCancelled.Add(1)
+				fs.intr.cancelled.Add(1)
 				cancel()
 				return
 			}
@@ -90,7 +99,7 @@ func (fs *fileSystem) interrupted(tid uint32, cancel func(), done <-chan struct{
 // interruptBlind logs, once a mount, that an interrupted caller could not
 // be looked at, so that its op went on.
 func (fs *fileSystem) interruptBlind(why string) {
-	if !fs.interruptBlindLogged.Swap(true) {
+	if !fs.intr.blindLogged.Swap(true) {
 		fs.log.Warn("fs: cannot tell whether an interrupted caller is quitting; its request goes on until the store answers, even if the caller was killed (logged once)", "why", why)
 	}
 }

@@ -228,7 +228,7 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			caller: goCaller,
 			signal: func(t *testing.T, c *caller, fsys *fileSystem) {
 				tgkill(t, c, syscall.SIGUSR1)
-				require.Eventually(t, func() bool { return fsys.interrupts.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
+				require.Eventually(t, func() bool { return fsys.intr.count.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
 			},
 			open: "open <nil>",
 		},
@@ -237,10 +237,10 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			caller: goCaller,
 			signal: func(t *testing.T, c *caller, fsys *fileSystem) {
 				tgkill(t, c, syscall.SIGUSR1)
-				require.Eventually(t, func() bool { return fsys.interrupts.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
+				require.Eventually(t, func() bool { return fsys.intr.count.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
 				// Killed after ferry found it alive: the kernel sends no
 				// second interrupt for the kill.
-				require.Eventually(t, func() bool { return fsys.interruptLooks.Load() >= 1 }, time.Minute, time.Millisecond, "ferry never looked at the caller")
+				require.Eventually(t, func() bool { return fsys.intr.looks.Load() >= 1 }, time.Minute, time.Millisecond, "ferry never looked at the caller")
 				require.NoError(t, c.cmd.Process.Kill())
 			},
 			killedBy: syscall.SIGKILL,
@@ -301,7 +301,7 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			if tc.killedBy != 0 {
 				assert.NotContains(t, c.last, "open", "the caller died in the open")
 				assert.True(t, ws.Signaled() && ws.Signal() == tc.killedBy, "the caller ended by %v: %v", tc.killedBy, c.cmd.ProcessState)
-				assert.Equal(t, uint64(1), fsys.interruptsCancelled.Load())
+				assert.Equal(t, uint64(1), fsys.intr.cancelled.Load())
 				return
 			}
 			assert.Equal(t, tc.open, c.last)
@@ -310,7 +310,7 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			if tc.open != "open <nil>" {
 				want = 1
 			}
-			assert.Equal(t, want, fsys.interruptsCancelled.Load())
+			assert.Equal(t, want, fsys.intr.cancelled.Load())
 		})
 	}
 }

@@ -58,6 +58,8 @@ type listUse struct {
 }
 
 const (
+	// dirsTracked bounds the directories whose use is remembered.
+	dirsTracked = 10_000
 	// unusedListings listings of a directory, over at least unusedAge,
 	// with too little use of its files end its cycle.
 	unusedListings = 16

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"ferry/metadata"
+
 	"github.com/jacobsa/fuse/fuseops"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,7 +53,7 @@ func useAll(t *testing.T, fs *fileSystem, dir fuseops.InodeID, n int, lookup boo
 			// readdirplus entry handed out (take it without a lookup
 			// through ferry's own table).
 			fs.mu.Lock()
-			path := childPath(fs.inodes[dir].path, name)
+			path := metadata.ChildPath(fs.inodes[dir].path, name)
 			for id, in := range fs.inodes {
 				if in.path == path {
 					child = id

@@ -30,7 +30,7 @@ type MountOptions struct {
 	// 65535.
 	MaxBackground int
 	// FSName is shown by mount(8) and in /proc/mounts, e.g. the bucket URL;
-	// "" uses Config.Bucket.Name().
+	// "" uses the bucket's name.
 	FSName string
 	// Debug logs every FUSE op to the Config.Logger at debug level.
 	Debug bool
@@ -79,7 +79,7 @@ func Mount(ctx context.Context, dir string, cfg Config, opts MountOptions) (*fus
 func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts MountOptions) (*fuse.MountedFileSystem, error) {
 	fsName := opts.FSName
 	if fsName == "" {
-		fsName = fsys.bucket.Name()
+		fsName = fsys.meta.BucketName()
 	}
 	mc := &fuse.MountConfig{
 		// Ops carry ctx's values but not its cancellation: the mount
@@ -115,7 +115,7 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		MaxPages: 256,
 		// Files held whole in the disk cache are read by the kernel from
 		// the cache file (passthrough.go), when it can.
-		EnablePassthrough: fsys.pt.whole != nil,
+		EnablePassthrough: fsys.pt.on,
 		// Files read at random are opened for direct I/O (splice.go),
 		// and must still map.
 		EnableDirectIOAllowMmap: fsys.sp.on,

@@ -28,12 +28,13 @@ import (
 
 	"ferry/bucket"
 	"ferry/bucket/file"
+	"ferry/readahead"
 )
 
-// maxReadTracker is a ContentReader wrapper recording the largest read the
+// maxReadTracker is a readahead.Reader wrapper recording the largest read the
 // kernel sent.
 type maxReadTracker struct {
-	ContentReader
+	readahead.Reader
 	max *atomic.Int64
 }
 
@@ -44,7 +45,7 @@ func (m maxReadTracker) ReadAt(ctx context.Context, p []byte, off int64) (int, e
 			break
 		}
 	}
-	return m.ContentReader.ReadAt(ctx, p, off)
+	return m.Reader.ReadAt(ctx, p, off)
 }
 
 // openFile opens a file on a mount served by this very process without
@@ -93,7 +94,7 @@ func readFile(path string) ([]byte, error) {
 
 // mount mounts a file system over b in a fresh directory and unmounts it
 // when the test ends, pass or fail.
-func mount(t *testing.T, b bucket.Bucket, mutate func(*Config), opts MountOptions) (string, *fileSystem) {
+func mount(t *testing.T, b bucket.Bucket, mutate func(*testConfig), opts MountOptions) (string, *fileSystem) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("real mounts need root")
@@ -101,11 +102,11 @@ func mount(t *testing.T, b bucket.Bucket, mutate func(*Config), opts MountOption
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse")
 	}
-	cfg := Config{Bucket: b, Open: openDirect(b), MetadataTTL: time.Minute, NegativeTTL: time.Minute}
+	tc := &testConfig{Bucket: b, Open: openDirect(b), MetadataTTL: time.Minute, NegativeTTL: time.Minute}
 	if mutate != nil {
-		mutate(&cfg)
+		mutate(tc)
 	}
-	fsys, err := newFileSystem(cfg, nil)
+	fsys, err := newFileSystem(tc.build(t, nil), nil)
 	require.NoError(t, err)
 	dir := t.TempDir()
 	mfs, err := mountFileSystem(context.Background(), dir, fsys, opts)
@@ -224,7 +225,7 @@ func TestMountNoFlush(t *testing.T) {
 		b.put(fmt.Sprintf("f%d", i), randomBytes(100+i, uint64(i)))
 	}
 	reg := prometheus.NewRegistry()
-	dir, fsys := mount(t, b, func(c *Config) { c.Registerer = reg }, MountOptions{})
+	dir, fsys := mount(t, b, func(c *testConfig) { c.Registerer = reg }, MountOptions{})
 	for i := range n {
 		got, err := readFile(filepath.Join(dir, fmt.Sprintf("f%d", i)))
 		require.NoError(t, err)
@@ -251,7 +252,7 @@ func TestMountListingAnswersLookups(t *testing.T) {
 		b.put(fmt.Sprintf("d/f%03d", i), randomBytes(10+i, uint64(i)))
 	}
 	reg := prometheus.NewRegistry()
-	dir, fsys := mount(t, b, func(c *Config) { c.Registerer = reg }, MountOptions{})
+	dir, fsys := mount(t, b, func(c *testConfig) { c.Registerer = reg }, MountOptions{})
 	lookups := func() float64 { return testutil.ToFloat64(fsys.ops.ops.WithLabelValues("lookup")) }
 	epoch := func() float64 {
 		dropCaches(t)
@@ -346,7 +347,7 @@ func TestMountTree(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	_, err = os.Stat(filepath.Join(dir, "long", long))
 	assert.ErrorIs(t, err, os.ErrNotExist, "hidden, not an error of its own")
-	assert.GreaterOrEqual(t, fsys.hiddenNames(), uint64(6))
+	assert.GreaterOrEqual(t, fsys.meta.Hidden(), uint64(6))
 }
 
 func TestMountPaging(t *testing.T) {
@@ -357,7 +358,7 @@ func TestMountPaging(t *testing.T) {
 		b.put("many/"+name, []byte{byte(i)})
 		want = append(want, name)
 	}
-	dir, _ := mount(t, b, func(c *Config) { c.ListPageSize = 100 }, MountOptions{})
+	dir, _ := mount(t, b, func(c *testConfig) { c.ListPageSize = 100 }, MountOptions{})
 	es, err := os.ReadDir(filepath.Join(dir, "many"))
 	require.NoError(t, err)
 	var got []string
@@ -372,7 +373,7 @@ func TestMountTTLZero(t *testing.T) {
 	b := newTestBucket()
 	b.put("f", []byte("one"))
 	b.put("gone", []byte("x"))
-	dir, _ := mount(t, b, func(c *Config) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
+	dir, _ := mount(t, b, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
 	p := func(n string) string { return filepath.Join(dir, n) }
 
 	got, err := readFile(p("f"))
@@ -414,7 +415,7 @@ func TestMountTTLForever(t *testing.T) {
 	b := newTestBucket()
 	b.put("d/f", []byte("content"))
 	b.put("d/g", []byte("more"))
-	dir, _ := mount(t, b, func(c *Config) { c.MetadataTTL, c.NegativeTTL = -1, -1 }, MountOptions{})
+	dir, _ := mount(t, b, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = -1, -1 }, MountOptions{})
 
 	touch := func() {
 		_, err := os.Stat(filepath.Join(dir, "d", "f"))
@@ -531,9 +532,9 @@ func TestMountKernelSettings(t *testing.T) {
 	b.put("big", data)
 	fusectl := fusectlMounted()
 	var maxRead atomic.Int64
-	dir, _ := mount(t, b, func(c *Config) {
+	dir, _ := mount(t, b, func(c *testConfig) {
 		open := c.Open
-		c.Open = func(obj bucket.Object) ContentReader { return maxReadTracker{open(obj), &maxRead} }
+		c.Open = func(obj bucket.Object) readahead.Reader { return maxReadTracker{open(obj), &maxRead} }
 	}, MountOptions{ReadAheadKB: 8192, MaxBackground: 48, FSName: "fake://bucket/prefix"})
 
 	// The kernel's queue of async requests, set in FUSE_INIT; fusectl,
@@ -593,7 +594,7 @@ func TestMountPublicAllowOther(t *testing.T) {
 	b := newTestBucket()
 	b.put("f", []byte("hi"))
 	dir := t.TempDir()
-	mfs, err := Mount(context.Background(), dir, Config{Bucket: b, Open: openDirect(b)}, MountOptions{AllowOther: true})
+	mfs, err := Mount(context.Background(), dir, (&testConfig{Bucket: b}).build(t, nil), MountOptions{AllowOther: true})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, fuse.Unmount(dir))
@@ -637,7 +638,7 @@ func TestFileSourceEmptyDirectoryAndTempNames(t *testing.T) {
 	_, err = lookUp(fsys, fuseops.RootInodeID, ".ferry-put-notes")
 	assert.ErrorIs(t, err, syscall.ENOENT)
 
-	dir, _ := mount(t, b, func(c *Config) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
+	dir, _ := mount(t, b, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
 	es, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	var got []string
@@ -667,7 +668,10 @@ func TestKernelOptions(t *testing.T) {
 
 // snapshotReader serves the version it was opened on from memory, as a
 // handle does once that version's blocks are in the disk cache.
-type snapshotReader struct{ data []byte }
+type snapshotReader struct {
+	readerBase
+	data []byte
+}
 
 func (r *snapshotReader) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off >= int64(len(r.data)) {
@@ -680,10 +684,9 @@ func (r *snapshotReader) ReadAt(ctx context.Context, p []byte, off int64) (int, 
 	return n, nil
 }
 
-func (r *snapshotReader) Close() {}
 
-func openSnapshot(t *testing.T, b bucket.Bucket) func(bucket.Object) ContentReader {
-	return func(obj bucket.Object) ContentReader {
+func openSnapshot(t *testing.T, b bucket.Bucket) func(bucket.Object) readahead.Reader {
+	return func(obj bucket.Object) readahead.Reader {
 		rc, err := b.NewRangeReader(context.Background(), &bucket.ReadRequest{Name: obj.Name, Version: obj.Version,
 			Range: bucket.ByteRange{Limit: obj.Size}})
 		if err != nil {
@@ -706,7 +709,7 @@ func TestPageCacheNeverMixesVersions(t *testing.T) {
 	const size = 256 << 10
 	v1, v2 := bytes.Repeat([]byte{'1'}, size), bytes.Repeat([]byte{'2'}, size)
 	b.put("obj", v1)
-	dir, _ := mount(t, b, func(c *Config) {
+	dir, _ := mount(t, b, func(c *testConfig) {
 		c.MetadataTTL, c.NegativeTTL = 0, 0
 		c.Open = openSnapshot(t, b)
 	}, MountOptions{})
@@ -748,7 +751,7 @@ func TestOpenThroughStaleNameFindsNewVersion(t *testing.T) {
 	require.Equal(t, "old version", string(got))
 
 	b.put("obj", []byte("the new version"))
-	fsys.cache.invalidate("obj") // ferry forgets; the kernel's dentry lives on
+	fsys.meta.Invalidate("obj") // ferry forgets; the kernel's dentry lives on
 	got, err = readFile(path)
 	require.NoError(t, err, "open(2) must retry the lookup after ESTALE")
 	assert.Equal(t, "the new version", string(got))
@@ -761,7 +764,7 @@ func TestOpenThroughStaleNameFindsNewVersion(t *testing.T) {
 func TestTTLZeroOpenUnderConstantChange(t *testing.T) {
 	b := newTestBucket()
 	b.put("obj", []byte("v0"))
-	dir, _ := mount(t, b, func(c *Config) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
+	dir, _ := mount(t, b, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = 0, 0 }, MountOptions{})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

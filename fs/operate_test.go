@@ -24,7 +24,7 @@ func TestCachedThroughControl(t *testing.T) {
 	b := newTestBucket()
 	b.put("d/f", []byte("0123456789"))
 	var asked []bucket.Object
-	fs := newTestFS(t, b, nil, func(c *Config) {
+	fs := newTestFS(t, b, nil, func(c *testConfig) {
 		c.CachedBytes = func(obj bucket.Object) int64 { asked = append(asked, obj); return 7 }
 	})
 	ctl := NewControl()
@@ -38,11 +38,11 @@ func TestCachedThroughControl(t *testing.T) {
 	assert.Equal(t, "d/f", asked[0].Name, "the hook gets the file's current object")
 
 	_, err = ctl.Cached(ctx, "/d")
-	assert.ErrorIs(t, err, bucket.ErrInvalid, "a directory has no cached bytes")
+	assert.ErrorIs(t, err, ErrInvalid, "a directory has no cached bytes")
 	_, err = ctl.Cached(ctx, "/d/missing")
 	assert.Error(t, err)
 	_, err = ctl.Cached(ctx, "/d/../f")
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, err, ErrInvalid)
 
 	// Without a disk cache: not an error, just no cache.
 	bare := newTestFS(t, b, nil, nil)
@@ -67,7 +67,7 @@ func TestInvalidateMetadata(t *testing.T) {
 	b.put("d/f", []byte("old"))
 	b.put("d/sub/g", []byte("old"))
 	b.put("e/h", []byte("keep"))
-	fs := newTestFS(t, b, nil, func(c *Config) { c.MetadataTTL, c.NegativeTTL = -1, -1 })
+	fs := newTestFS(t, b, nil, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = -1, -1 })
 	ctl := NewControl()
 	_, err := ctl.Invalidate(context.Background(), "d")
 	assert.ErrorIs(t, err, ErrNotMounted)
@@ -129,7 +129,7 @@ func TestInvalidateMetadata(t *testing.T) {
 	assert.EqualValues(t, 8, got)
 
 	_, err = ctl.Invalidate(context.Background(), "a/../b")
-	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.ErrorIs(t, err, ErrInvalid)
 }
 
 // TestInvalidateThroughMount: the kernel forgets too. Without the
@@ -139,7 +139,7 @@ func TestInvalidateThroughMount(t *testing.T) {
 	b := newTestBucket()
 	b.put("d/f", []byte("old"))
 	ctl := NewControl()
-	dir, fsys := mount(t, b, func(c *Config) {
+	dir, fsys := mount(t, b, func(c *testConfig) {
 		c.MetadataTTL, c.NegativeTTL = -1, -1
 		c.Control = ctl
 		c.CachedBytes = func(obj bucket.Object) int64 { return int64(obj.Size) - 1 }
@@ -184,7 +184,7 @@ func TestOpMetrics(t *testing.T) {
 	b := newTestBucket()
 	b.put("f", []byte("data"))
 	reg := prometheus.NewRegistry()
-	fs := newTestFS(t, b, nil, func(c *Config) { c.Registerer = reg })
+	fs := newTestFS(t, b, nil, func(c *testConfig) { c.Registerer = reg })
 	require.NotNil(t, fs.ops)
 	inst := &instrumented{FileSystem: fs, m: fs.ops}
 	ctx := context.Background()

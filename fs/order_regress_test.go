@@ -64,7 +64,7 @@ func TestInvalidateBeatsInflightFetch(t *testing.T) {
 	tb := newTestBucket()
 	tb.put("f", []byte("one"))
 	b := &slowStatBucket{testBucket: tb, gate: make(chan struct{}), statted: make(chan struct{})}
-	fs := newTestFS(t, b, newFakeClock(), func(c *Config) { c.MetadataTTL = -1; c.NegativeTTL = -1 })
+	fs := newTestFS(t, b, newFakeClock(), func(c *testConfig) { c.MetadataTTL = -1; c.NegativeTTL = -1 })
 	ctx := context.Background()
 	b.armed = true
 	res := make(chan fuseops.ChildInodeEntry, 1)
@@ -95,7 +95,7 @@ func TestNegativeTTLZeroKeepsDeletedGone(t *testing.T) {
 	tb.put("f", []byte("one"))
 	b := &slowListBucket{testBucket: tb, gate: make(chan struct{}), listed: make(chan struct{})}
 	clock := newFakeClock()
-	fs := newTestFS(t, b, clock, func(c *Config) { c.NegativeTTL = 0 })
+	fs := newTestFS(t, b, clock, func(c *testConfig) { c.NegativeTTL = 0 })
 	ctx := context.Background()
 	land := listBehind(t, fs, b) // listing has v1
 	time.Sleep(2 * time.Millisecond)

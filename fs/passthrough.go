@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
+	"ferry/readahead"
 )
 
 // Passthrough: a file held whole on local disk (the disk cache) is opened
@@ -62,14 +63,14 @@ const passthroughMaxSize = 1 << 30
 type backing struct {
 	id      int32
 	obj     bucket.Object
-	file    BackingFile // held until the last handle is released
-	handles int         // GUARDED_BY(fileSystem.mu)
+	file    readahead.WholeFile // held until the last handle is released
+	handles int                 // GUARDED_BY(fileSystem.mu)
 }
 
 // ptState is the mount's passthrough state.
 type ptState struct {
-	// whole is Config.Backing; nil turns passthrough off.
-	whole func(obj bucket.Object) (BackingFile, bool)
+	on      bool   // Config.Passthrough
+	maxSize uint64 // GUARDED_BY(fileSystem.mu); passthroughMaxSize, smaller in tests
 	// off: the kernel or the process cannot do it (logged once).
 	off    atomic.Bool
 	opens  atomic.Uint64 // passthrough opens, for the metric and tests
@@ -80,7 +81,7 @@ type ptState struct {
 // and granted by the kernel. (Refused since, they are still counted.)
 func (fs *fileSystem) passthroughGranted() bool {
 	c := fs.conn.fc.Load()
-	return fs.pt.whole != nil && c != nil && c.Passthrough()
+	return fs.pt.on && c != nil && c.Passthrough()
 }
 
 // openPassthrough chooses how the handle being opened on in (for obj) is
@@ -95,7 +96,7 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 	defer in.ptMu.Unlock()
 	fs.mu.Lock()
 	switch b := in.backing; {
-	case b != nil && sameObject(b.obj, obj):
+	case b != nil && b.obj.SameVersion(&obj):
 		b.handles++
 		fs.mu.Unlock()
 		// Cheap unless the file changed since; then even a large one is
@@ -118,13 +119,13 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 		return nil, syscall.EBUSY
 	case in.cachedOpens > 0 || fs.pt.off.Load() || direct:
 		in.cachedOpens++
-		large := obj.Size > fs.ptMaxSize && !fs.pt.off.Load()
+		large := obj.Size > fs.pt.maxSize && !fs.pt.off.Load()
 		fs.mu.Unlock()
 		if large {
 			// Read through ferry: its reads may check the file, so
 			// that a later open is passthrough, even where some
 			// handle of the inode is always open.
-			if file, ok := fs.pt.whole(obj); ok {
+			if file, ok := fs.content.Whole(obj); ok {
 				if !file.Checked() {
 					file.CheckAsRead()
 				}
@@ -133,7 +134,7 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 		}
 		return nil, nil
 	}
-	large := obj.Size > fs.ptMaxSize
+	large := obj.Size > fs.pt.maxSize
 	fs.mu.Unlock()
 
 	b := fs.newBacking(obj, large)
@@ -154,7 +155,7 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 // A large file (above passthroughMaxSize) is registered only if it is
 // checked already; otherwise the reads of this open check it.
 func (fs *fileSystem) newBacking(obj bucket.Object, large bool) *backing {
-	file, ok := fs.pt.whole(obj)
+	file, ok := fs.content.Whole(obj)
 	if !ok {
 		return nil
 	}
@@ -228,7 +229,7 @@ func (fs *fileSystem) dropBacking(b *backing) {
 // logPassthrough says once, when the connection starts, whether the
 // kernel granted passthrough to a mount that asked for it.
 func (fs *fileSystem) logPassthrough(c *fuse.Connection) {
-	if fs.pt.whole == nil || c.Passthrough() {
+	if !fs.pt.on || c.Passthrough() {
 		return
 	}
 	why := "Linux 6.9 or later, built with CONFIG_FUSE_PASSTHROUGH"

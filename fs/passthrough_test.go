@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"ferry/bucket"
+	"ferry/readahead"
 )
 
 // fakeDisk stands in for the disk cache's Whole (filecache.Store.Whole):
@@ -84,7 +85,7 @@ func (f *fakeFile) Release() {
 	})
 }
 
-func (d *fakeDisk) backing(obj bucket.Object) (BackingFile, bool) {
+func (d *fakeDisk) backing(obj bucket.Object) (readahead.WholeFile, bool) {
 	d.mu.Lock()
 	data, ok := d.whole[obj.Name]
 	d.mu.Unlock()
@@ -112,10 +113,10 @@ func (d *fakeDisk) waitUnpinned(t *testing.T) {
 }
 
 // countOpens wraps Config.Open to count the readers ferry opens.
-func countOpens(n *atomic.Int64) func(cfg *Config) {
-	return func(cfg *Config) {
+func countOpens(n *atomic.Int64) func(cfg *testConfig) {
+	return func(cfg *testConfig) {
 		open := cfg.Open
-		cfg.Open = func(obj bucket.Object) ContentReader {
+		cfg.Open = func(obj bucket.Object) readahead.Reader {
 			n.Add(1)
 			return open(obj)
 		}
@@ -126,9 +127,9 @@ func countOpens(n *atomic.Int64) func(cfg *Config) {
 // test where the kernel grants no passthrough.
 func mountPassthrough(t *testing.T, b bucket.Bucket, disk *fakeDisk, opens *atomic.Int64) (string, *fileSystem) {
 	t.Helper()
-	dir, fsys := mount(t, b, func(cfg *Config) {
+	dir, fsys := mount(t, b, func(cfg *testConfig) {
 		countOpens(opens)(cfg)
-		cfg.Backing = disk.backing
+		cfg.Whole = disk.backing
 	}, MountOptions{})
 	requirePassthrough(t, fsys)
 	return dir, fsys
@@ -272,7 +273,7 @@ func waitQuiet(t *testing.T, fsys *fileSystem) {
 	require.Eventually(t, func() bool {
 		fsys.mu.Lock()
 		defer fsys.mu.Unlock()
-		return len(fsys.files) == 0
+		return len(fsys.handles.files) == 0
 	}, 10*time.Second, time.Millisecond)
 }
 
@@ -401,7 +402,7 @@ func TestPassthroughNotForDirectOrHuge(t *testing.T) {
 	b.put("huge", big)
 	disk.hold("huge", big)
 	fsys.mu.Lock()
-	fsys.ptMaxSize = 32
+	fsys.pt.maxSize = 32
 	fsys.mu.Unlock()
 	hf, err := openFile(filepath.Join(dir, "huge"), os.O_RDONLY)
 	require.NoError(t, err)
@@ -447,7 +448,9 @@ func TestPassthroughNotForDirectOrHuge(t *testing.T) {
 // object than the passthrough handles still open can be served in
 // neither mode, and fails with EBUSY rather than EIO.
 func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
-	fsys := newTestFS(t, newTestBucket(), nil, nil)
+	fsys := newTestFS(t, newTestBucket(), nil, func(c *testConfig) {
+		c.Whole = func(bucket.Object) (readahead.WholeFile, bool) { panic("not asked") }
+	})
 	disk := newFakeDisk(t)
 	old := bucket.Object{Name: "f", Size: 10, Updated: time.Unix(1, 0)}
 	disk.hold("f", make([]byte, 10))
@@ -455,7 +458,6 @@ func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 	require.True(t, ok)
 	in := &inode{id: 5, path: "f"}
 	in.backing = &backing{id: 1, obj: old, file: file, handles: 1}
-	fsys.pt.whole = func(bucket.Object) (BackingFile, bool) { panic("not asked") }
 
 	b, err := fsys.openPassthrough(in, old, false)
 	require.NoError(t, err)
@@ -477,7 +479,7 @@ func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 
 // recordingReader records the reads of one reader Config.Open made.
 type recordingReader struct {
-	ContentReader
+	readahead.Reader
 	mu    *sync.Mutex
 	reads *[]bucket.ByteRange
 }
@@ -486,7 +488,7 @@ func (r recordingReader) ReadAt(ctx context.Context, p []byte, off int64) (int, 
 	r.mu.Lock()
 	*r.reads = append(*r.reads, bucket.ByteRange{Start: uint64(off), Limit: uint64(off) + uint64(len(p))})
 	r.mu.Unlock()
-	return r.ContentReader.ReadAt(ctx, p, off)
+	return r.Reader.ReadAt(ctx, p, off)
 }
 
 // When a handle that read through ferry is released, what the disk cache
@@ -505,10 +507,10 @@ func TestPassthroughReadiesTheRest(t *testing.T) {
 	var asked []int64
 	unready := map[string][]bucket.ByteRange{"f": {{Start: 0, Limit: 4096}, {Start: 1800 << 10, Limit: 2 << 20}}}
 	var opens atomic.Int64
-	dir, fsys := mount(t, b, func(cfg *Config) {
-		cfg.Backing = disk.backing
+	dir, fsys := mount(t, b, func(cfg *testConfig) {
+		cfg.Whole = disk.backing
 		open := cfg.Open
-		cfg.Open = func(obj bucket.Object) ContentReader {
+		cfg.Open = func(obj bucket.Object) readahead.Reader {
 			opens.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
@@ -572,17 +574,21 @@ func TestReadierTriesAgainOnlyAfterAChange(t *testing.T) {
 	now := time.Unix(1000, 0)
 	ranges := []bucket.ByteRange{{Start: 0, Limit: 4096}}
 	var reads []*[]bucket.ByteRange
-	r := newReadier(func(o bucket.Object) ContentReader {
-		mu.Lock()
-		defer mu.Unlock()
-		rr := new([]bucket.ByteRange)
-		reads = append(reads, rr)
-		return recordingReader{openDirect(b)(o), &mu, rr}
-	}, func(bucket.Object, int64) []bucket.ByteRange {
-		mu.Lock()
-		defer mu.Unlock()
-		return ranges
-	}, slog.New(slog.DiscardHandler), func() time.Time {
+	content := &testContent{tc: &testConfig{
+		Open: func(o bucket.Object) readahead.Reader {
+			mu.Lock()
+			defer mu.Unlock()
+			rr := new([]bucket.ByteRange)
+			reads = append(reads, rr)
+			return recordingReader{&rangeReader{b: b, obj: o}, &mu, rr}
+		},
+		Unready: func(bucket.Object, int64) []bucket.ByteRange {
+			mu.Lock()
+			defer mu.Unlock()
+			return ranges
+		},
+	}}
+	r := newReadier(content, true, slog.New(slog.DiscardHandler), func() time.Time {
 		mu.Lock()
 		defer mu.Unlock()
 		return now

@@ -2,9 +2,7 @@ package fs
 
 import (
 	"context"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jacobsa/fuse/fuseops"
 	"github.com/stretchr/testify/require"
@@ -25,7 +23,7 @@ func TestReadDirPlusNeverResurrectsDeletedFile(t *testing.T) {
 	tb := newTestBucket()
 	tb.put("f", []byte("one"))
 	b := &slowListBucket{testBucket: tb, gate: make(chan struct{}), listed: make(chan struct{})}
-	fs := newTestFS(t, b, newFakeClock(), func(c *Config) { c.MetadataTTL = -1; c.NegativeTTL = -1 })
+	fs := newTestFS(t, b, newFakeClock(), func(c *testConfig) { c.MetadataTTL = -1; c.NegativeTTL = -1 })
 	ctx := context.Background()
 	land := listBehind(t, fs, b) // the listing has f
 	require.NoError(t, tb.Delete(ctx, "f"))
@@ -56,7 +54,7 @@ func TestReadDirPlusNeverResurrectsDeletedFile(t *testing.T) {
 func TestReadDirPlusOldHandleAfterNewerListing(t *testing.T) {
 	tb := newTestBucket()
 	tb.put("f", []byte("one"))
-	fs := newTestFS(t, tb, newFakeClock(), func(c *Config) { c.MetadataTTL = -1; c.NegativeTTL = -1 })
+	fs := newTestFS(t, tb, newFakeClock(), func(c *testConfig) { c.MetadataTTL = -1; c.NegativeTTL = -1 })
 	ctx := context.Background()
 	for _, d := range readDir(t, fs, fuseops.RootInodeID, 4096, true) { // L1 cached: v1
 		fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: fuseops.InodeID(d.ino), N: 1})
@@ -83,21 +81,4 @@ func TestReadDirPlusOldHandleAfterNewerListing(t *testing.T) {
 	fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: fuseops.InodeID(ods[0].ino), N: 1})
 	fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: v2, N: 2})
 	require.Equal(t, uint64(4), size, "readdirplus sent the kernel the older version after it had the newer one")
-}
-
-// --negative-ttl 0: negative lookups in a directory whose listing has
-// expired (but is not swept) must not pile up tombstones.
-func TestTombstonesAreSwept(t *testing.T) {
-	clock := newFakeClock()
-	c := newMetaCache(time.Minute, 0, clock.Now)
-	c.putListing("d", []dirEntry{{name: "a", entry: entry{kind: kindFile}}}, c.begin())
-	clock.Advance(2 * time.Minute) // listing expired
-	for i := 0; i < 200_000; i++ {
-		c.put(fmt.Sprintf("d/missing-%d", i), entry{kind: kindNone, seq: c.begin()})
-		clock.Advance(time.Millisecond)
-	}
-	c.mu.Lock()
-	n := len(c.entries)
-	c.mu.Unlock()
-	require.Less(t, n, 20_000, "expired tombstones are never swept")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"ferry/bucket"
+	"ferry/readahead"
 )
 
 // Readying: a file read through ferry is passthrough at a later open only
@@ -18,7 +19,7 @@ import (
 // laid across the file from an offset) would keep its files off
 // passthrough for good: the next epoch skips the same bytes. So when a
 // handle that read through ferry is released and at most readyMaxBytes,
-// and at most an eighth of the file, stand in the way (Config.Unready),
+// and at most an eighth of the file, stand in the way (Content.Unready),
 // ferry reads them then, in the background, through the same reader as
 // any handle: it fetches and caches the missing blocks, and its reads of
 // cached ones count toward the check. Never more: a reader of part of a
@@ -58,8 +59,8 @@ type readyTry struct {
 
 // readier readies files after their handles are released.
 type readier struct {
-	open    func(obj bucket.Object) ContentReader                   // Config.Open
-	unready func(obj bucket.Object, limit int64) []bucket.ByteRange // Config.Unready; nil: off
+	content readahead.Content
+	on      bool // Config.Passthrough
 	log     *slog.Logger
 	now     func() time.Time
 	ctx     context.Context
@@ -74,8 +75,8 @@ type readier struct {
 	files, bytes atomic.Uint64 // readied (nothing stood in the way after), bytes read; for the metrics and tests
 }
 
-func newReadier(open func(obj bucket.Object) ContentReader, unready func(obj bucket.Object, limit int64) []bucket.ByteRange, log *slog.Logger, now func() time.Time) *readier {
-	r := &readier{open: open, unready: unready, log: log, now: now, busy: map[readyKey]bool{}, tried: map[readyKey]readyTry{}}
+func newReadier(content readahead.Content, on bool, log *slog.Logger, now func() time.Time) *readier {
+	r := &readier{content: content, on: on, log: log, now: now, busy: map[readyKey]bool{}, tried: map[readyKey]readyTry{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
 }
@@ -84,11 +85,11 @@ func newReadier(open func(obj bucket.Object) ContentReader, unready func(obj buc
 // released, if little stands between it and passthrough. Only called
 // where passthrough is granted.
 func (r *readier) released(obj bucket.Object) {
-	if r.unready == nil {
+	if !r.on {
 		return
 	}
 	limit := min(readyMaxBytes, int64(obj.Size/8))
-	ranges := r.unready(obj, limit)
+	ranges := r.content.Unready(obj, limit)
 	if len(ranges) == 0 {
 		return
 	}
@@ -114,7 +115,7 @@ func (r *readier) released(obj bucket.Object) {
 	go func() {
 		defer r.wg.Done()
 		r.read(obj, ranges)
-		if len(r.unready(obj, limit)) == 0 {
+		if len(r.content.Unready(obj, limit)) == 0 {
 			r.files.Add(1)
 		}
 		r.mu.Lock()
@@ -125,7 +126,7 @@ func (r *readier) released(obj bucket.Object) {
 
 // read reads ranges of obj through a reader of its own.
 func (r *readier) read(obj bucket.Object, ranges []bucket.ByteRange) {
-	reader := r.open(obj)
+	reader := r.content.Open(obj)
 	defer reader.Close()
 	var buf []byte
 	for _, rg := range ranges {

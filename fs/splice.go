@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"os"
 	"sync/atomic"
 
 	"github.com/jacobsa/fuse/fuseops"
@@ -27,7 +26,7 @@ import (
 // pages first, then in the reader's buffer; the pages are seldom read
 // again before they are dropped, and they hold a second copy of what the
 // cache file's pages hold. So a file whose last handle read at random
-// (readahead.Handle.ReadRandomly: large reads, no sequential stream) is
+// (readahead.Reader.ReadRandomly: large reads, no sequential stream) is
 // opened with FOPEN_DIRECT_IO: its reads come to ferry as the reader made
 // them, and a spliced reply is copied straight into the reader's buffer,
 // once. The cache file's page cache still keeps the bytes in memory for
@@ -35,19 +34,6 @@ import (
 // (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 on): otherwise mmap of them would
 // fail. A direct handle that reads sequentially puts the next open back
 // on the page cache, and its kernel readahead.
-
-// spliceReader is the optional side of a ContentReader that can hand out
-// bytes as a file to send from (readahead.Handle.Spliceable).
-type spliceReader interface {
-	Spliceable(off int64, size int) (f *os.File, n int, release func(), ok bool)
-}
-
-// randomReader is the optional side of a ContentReader that tells a
-// random reader (readahead.Handle.ReadRandomly); known is false if it
-// read too little to tell.
-type randomReader interface {
-	ReadRandomly() (random, known bool)
-}
 
 // maxRandomFiles bounds spliceState.random: past it, an arbitrary entry
 // is forgotten (and that file's next open is not direct).
@@ -67,14 +53,10 @@ type spliceState struct {
 
 // readSpliced answers op from a file the reader hands out, if it does.
 func (fs *fileSystem) readSpliced(h *fileHandle, op *fuseops.ReadFileOp) bool {
-	if !fs.sp.on {
+	if !fs.sp.on || op.Size <= 0 {
 		return false
 	}
-	sr, ok := h.reader.(spliceReader)
-	if !ok || op.Size <= 0 {
-		return false
-	}
-	f, n, release, ok := sr.Spliceable(op.Offset, int(op.Size))
+	f, n, release, ok := h.reader.Spliceable(op.Offset, int(op.Size))
 	if !ok {
 		return false
 	}
@@ -113,11 +95,10 @@ func (fs *fileSystem) openDirectLocked(in *inode, obj bucket.Object) bool {
 // read enough to tell: a handle that read a header leaves the mark as it
 // was.
 func (fs *fileSystem) noteRandom(h *fileHandle) {
-	rr, ok := h.reader.(randomReader)
-	if !fs.sp.on || !ok || !h.read.Load() {
+	if !fs.sp.on || !h.read.Load() {
 		return
 	}
-	random, known := rr.ReadRandomly()
+	random, known := h.reader.ReadRandomly()
 	if !known {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"ferry/bucket"
+	"ferry/readahead"
 )
 
 // spliceDisk stands in for the disk cache behind readahead.Handle's
@@ -69,7 +70,7 @@ func (d *spliceDisk) readSizes() []int64 {
 
 // fakeSpliceReader wraps the test's reader with Spliceable and ReadRandomly.
 type fakeSpliceReader struct {
-	ContentReader
+	readahead.Reader
 	d   *spliceDisk
 	obj bucket.Object
 }
@@ -78,7 +79,7 @@ func (r *fakeSpliceReader) ReadAt(ctx context.Context, p []byte, off int64) (int
 	r.d.mu.Lock()
 	r.d.sizes = append(r.d.sizes, int64(len(p)))
 	r.d.mu.Unlock()
-	return r.ContentReader.ReadAt(ctx, p, off)
+	return r.Reader.ReadAt(ctx, p, off)
 }
 
 func (r *fakeSpliceReader) Spliceable(off int64, size int) (*os.File, int, func(), bool) {
@@ -104,10 +105,10 @@ func (r *fakeSpliceReader) ReadRandomly() (bool, bool) {
 // given.
 func mountSplice(t *testing.T, b bucket.Bucket, d *spliceDisk, splice bool) (string, *fileSystem) {
 	t.Helper()
-	dir, fsys := mount(t, b, func(cfg *Config) {
+	dir, fsys := mount(t, b, func(cfg *testConfig) {
 		open := cfg.Open
-		cfg.Open = func(obj bucket.Object) ContentReader {
-			return &fakeSpliceReader{ContentReader: open(obj), d: d, obj: obj}
+		cfg.Open = func(obj bucket.Object) readahead.Reader {
+			return &fakeSpliceReader{Reader: open(obj), d: d, obj: obj}
 		}
 		cfg.Splice = splice
 	}, MountOptions{})
@@ -220,7 +221,7 @@ func TestDirectOpenAfterRandomReads(t *testing.T) {
 	require.Eventually(t, func() bool { // its RELEASE, before the fake changes its mind
 		fsys.mu.Lock()
 		defer fsys.mu.Unlock()
-		return len(fsys.files) == 0
+		return len(fsys.handles.files) == 0
 	}, 10*time.Second, time.Millisecond)
 	assert.Equal(t, []int64{10}, d.readSizes(), "still direct")
 	assert.EqualValues(t, 2, fsys.sp.directOpens.Load())

@@ -25,7 +25,7 @@ func TestOpenAheadFetchesTheHeadOnce(t *testing.T) {
 			}
 			f := newTestFetcher(t, cfg)
 			obj := b.put("next", 32*MiB+5)
-			ahead := f.OpenAhead(obj)
+			ahead := f.openAhead(obj)
 			require.Eventually(t, func() bool { return f.Stats().BytesFetched >= 8*MiB }, time.Minute, time.Millisecond,
 				"the first window arrives without a read")
 			st := f.Stats()
@@ -48,7 +48,7 @@ func TestOpenAheadFetchesTheHeadOnce(t *testing.T) {
 func TestOpenAheadFetchesOneWindow(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(DefaultBlockSize), MemoryLimit: DefaultMemoryLimit})
-	h := f.OpenAhead(b.put("next", 1<<30))
+	h := f.openAhead(b.put("next", 1<<30))
 	require.Eventually(t, func() bool { return f.Stats().BytesFetched >= DefaultStartWindow }, time.Minute, time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // completions may issue more: they must not
 	assert.Equal(t, int64(DefaultStartWindow), f.Stats().BytesFetched)
@@ -60,9 +60,9 @@ func TestOpenAheadSharedWithAnotherHandle(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 4 * MiB, MaxWindow: 4 * MiB})
 	obj := b.put("next", 16*MiB)
-	ahead := f.OpenAhead(obj)
+	ahead := f.openAhead(obj)
 	require.Eventually(t, func() bool { return f.Stats().BytesFetched >= 4*MiB }, time.Minute, time.Millisecond)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 128*KiB)
 	h.Close()
 	ahead.Close()
@@ -82,7 +82,7 @@ func TestOpenAheadClosedUnread(t *testing.T) {
 		return ctx.Err()
 	}
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB})
-	h := f.OpenAhead(b.put("next", 64*MiB))
+	h := f.openAhead(b.put("next", 64*MiB))
 	<-started
 	assert.Positive(t, f.Stats().BudgetInUse, "readahead is accounted")
 	h.Close()
@@ -97,7 +97,7 @@ func TestNotifyAtEnd(t *testing.T) {
 	obj := b.put("seq", 16*MiB)
 
 	var calls atomic.Int32
-	h := f.Open(obj)
+	h := f.open(obj)
 	h.NotifyAtEnd(func() { calls.Add(1) })
 	for off := int64(0); off < int64(obj.Size); off += 256 * KiB {
 		readCheck(t, b, h, off, 256*KiB)
@@ -109,7 +109,7 @@ func TestNotifyAtEnd(t *testing.T) {
 
 	// Random reads: no stream, no notice.
 	calls.Store(0)
-	h = f.Open(obj)
+	h = f.open(obj)
 	h.NotifyAtEnd(func() { calls.Add(1) })
 	for _, off := range []int64{9 * MiB, 2 * MiB, 15 * MiB, 5 * MiB, 12 * MiB, 0 + 512*KiB, 16*MiB - 64*KiB} {
 		readCheck(t, b, h, off, 64*KiB)
@@ -138,7 +138,7 @@ func TestNotifyAtEndWaitsForTheDrain(t *testing.T) {
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, StartWindow: 4 * MiB, MaxWindow: 4 * MiB})
 	obj := b.put("seq", 16*MiB)
 	var calls atomic.Int32
-	h := f.Open(obj)
+	h := f.open(obj)
 	defer h.Close()
 	h.NotifyAtEnd(func() { calls.Add(1) })
 	for off := int64(0); off < 14*MiB; off += 256 * KiB {
@@ -169,8 +169,8 @@ func tightBudget(b *fakeBucket) Config {
 // until their first windows have arrived and fill the budget.
 func openTwoAhead(t *testing.T, f *Fetcher, b *fakeBucket) (a1, a2 *Handle) {
 	t.Helper()
-	a1 = f.OpenAhead(b.put("next1", 32*MiB))
-	a2 = f.OpenAhead(b.put("next2", 32*MiB))
+	a1 = f.openAhead(b.put("next1", 32*MiB))
+	a2 = f.openAhead(b.put("next2", 32*MiB))
 	require.Eventually(t, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -190,7 +190,7 @@ func TestOpenAheadMemoryGivesWay(t *testing.T) {
 	defer a2.Close()
 	assert.Equal(t, int64(16*MiB), f.Stats().AheadBytes)
 
-	h := f.Open(b.put("current", 32*MiB))
+	h := f.open(b.put("current", 32*MiB))
 	sequential(t, b, h, 256*KiB)
 	h.Close()
 	st := f.Stats()
@@ -213,7 +213,7 @@ func TestOpenAheadReclaimedWindowIsFetchedAgain(t *testing.T) {
 	b0 := newFakeBucket()
 	b0.hook = slow
 	f0 := newTestFetcher(t, tightBudget(b0))
-	h0 := f0.Open(b0.put("next1", 32*MiB))
+	h0 := f0.open(b0.put("next1", 32*MiB))
 	sequential(t, b0, h0, 256*KiB)
 	h0.Close()
 	fresh := f0.Stats().DemandRequests
@@ -222,7 +222,7 @@ func TestOpenAheadReclaimedWindowIsFetchedAgain(t *testing.T) {
 	f := newTestFetcher(t, tightBudget(b))
 	a1, a2 := openTwoAhead(t, f, b)
 	defer a2.Close()
-	h := f.Open(b.put("current", 32*MiB))
+	h := f.open(b.put("current", 32*MiB))
 	sequential(t, b, h, 256*KiB) // takes the unread windows' memory
 	h.Close()
 	before := f.Stats().DemandRequests
@@ -247,7 +247,7 @@ func TestOpenAheadSmallObjectWhole(t *testing.T) {
 			f := newTestFetcher(t, cfg)
 			small := b.put("small", 128*KiB+3)
 			medium := b.put("medium", 3*MiB+7) // over SmallObjectSize, at most mediumObjectSize
-			hs, hm := f.OpenAhead(small), f.OpenAhead(medium)
+			hs, hm := f.openAhead(small), f.openAhead(medium)
 			assert.True(t, hs.Unread())
 			total := int64(small.Size + medium.Size)
 			require.Eventually(t, func() bool { return f.Stats().BytesFetched == total }, time.Minute, time.Millisecond)
@@ -256,7 +256,7 @@ func TestOpenAheadSmallObjectWhole(t *testing.T) {
 			assert.Equal(t, int64(2), st.SpeculativeRequests)
 			assert.Equal(t, total, st.AheadBytes)
 			sequential(t, b, hs, 32*KiB) // taken over by the reader
-			other := f.Open(medium)      // or another handle of the version
+			other := f.open(medium)      // or another handle of the version
 			sequential(t, b, other, 1*MiB)
 			other.Close()
 			st = f.Stats()
@@ -265,7 +265,7 @@ func TestOpenAheadSmallObjectWhole(t *testing.T) {
 			hs.Close()
 			hm.Close()
 			if withCache {
-				again := f.OpenAhead(small)
+				again := f.openAhead(small)
 				assert.False(t, again.Unread(), "nothing to fetch: not worth keeping")
 				time.Sleep(20 * time.Millisecond)
 				assert.Equal(t, int64(2), f.Stats().Requests, "cached: nothing fetched")
@@ -284,7 +284,7 @@ func TestOpenAheadWholeUnderEightMiB(t *testing.T) {
 	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 64 * MiB,
 		BlockSize: 64 * KiB, PartSize: 4 * MiB, StartWindow: 8 * MiB, MaxWindow: 8 * MiB})
 	obj := b.put("six", 6*MiB+5)
-	h := f.OpenAhead(obj)
+	h := f.openAhead(obj)
 	notified := make(chan struct{}, 1)
 	h.NotifyAtEnd(func() { notified <- struct{}{} })
 	require.Eventually(t, func() bool { return f.Stats().BytesFetched == int64(obj.Size) }, time.Minute, time.Millisecond)
@@ -309,11 +309,11 @@ func TestFetcherCached(t *testing.T) {
 	g := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 64 * MiB, BlockSize: 64 * KiB})
 	big := b.put("big", 8*MiB+5) // not fetched whole by its first read
 	assert.False(t, g.Cached(big))
-	h := g.Open(big)
+	h := g.open(big)
 	readCheck(t, b, h, 4*MiB, 64*KiB)
 	h.Close()
 	assert.False(t, g.Cached(big), "one block")
-	h = g.Open(big)
+	h = g.open(big)
 	sequential(t, b, h, 1*MiB)
 	h.Close()
 	assert.True(t, g.Cached(big))

@@ -74,7 +74,7 @@ func (b *budget) TryAcquire(n int64) bool {
 // that only it can release, or it may deadlock.
 func (b *budget) Acquire(ctx context.Context, n int64) error {
 	if n > b.limit {
-		return fmt.Errorf("readahead: %w: %d bytes exceed the memory limit %d", bucket.ErrInvalid, n, b.limit)
+		return fmt.Errorf("readahead: %w: %d bytes exceed the memory limit %d", ErrInvalid, n, b.limit)
 	}
 	b.mu.Lock()
 	if b.waiters == 0 && b.used+n <= b.limit {

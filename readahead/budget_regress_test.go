@@ -30,7 +30,7 @@ func TestNoLostWakeupWhenReaderLetsGo(t *testing.T) {
 	g := newGate(func(r *bucket.ReadRequest) bool { return r.Name == "seq" })
 	b.hook = g.hook
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 4 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxWindow: 2 * MiB})
-	seq := f.Open(b.put("seq", 1<<30))
+	seq := f.open(b.put("seq", 1<<30))
 	for off := int64(0); f.Stats().BudgetInUse < 4*MiB && off < 64*MiB; off += 256 * KiB {
 		require.NoError(t, observeErr(seq.observe(off, 256*KiB)))
 	}
@@ -60,7 +60,7 @@ func TestNoLostWakeupWhenReaderLetsGo(t *testing.T) {
 	t.Logf("%d in-flight parts referenced by readers", len(all))
 
 	// W: a demand read of another object, waiting for memory.
-	h := f.Open(b.put("other", 8*MiB))
+	h := f.open(b.put("other", 8*MiB))
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -118,7 +118,7 @@ func TestUnversionedHandlesShareNoParts(t *testing.T) {
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB})
 	const s1 = 1*MiB - 100
 	b.put("u", s1)
-	a := f.Open(bucket.Object{Name: "u", Size: uint64(s1)}) // Version ""
+	a := f.open(bucket.Object{Name: "u", Size: uint64(s1)}) // Version ""
 	_, err := a.ReadAt(context.Background(), make([]byte, 1), 0)
 	require.NoError(t, err) // whole object fetched, kept in memory
 	f.mu.Lock()
@@ -129,7 +129,7 @@ func TestUnversionedHandlesShareNoParts(t *testing.T) {
 	f.mu.Unlock()
 
 	b.put("u", 2*MiB) // the object is replaced: new size, new content
-	bh := f.Open(bucket.Object{Name: "u", Size: uint64(2 * MiB)})
+	bh := f.open(bucket.Object{Name: "u", Size: uint64(2 * MiB)})
 	got := make([]byte, 20)
 	_, err = bh.ReadAt(context.Background(), got, s1-10)
 	require.NoError(t, err)
@@ -157,7 +157,7 @@ func TestLargeDemandReadIsNotStarved(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := f.Open(objs[i])
+			h := f.open(objs[i])
 			defer h.Close()
 			p := make([]byte, 64*KiB)
 			for k := int64(0); ; k++ {
@@ -176,7 +176,7 @@ func TestLargeDemandReadIsNotStarved(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	big := f.Open(b.put("big", 1<<30))
+	big := f.open(b.put("big", 1<<30))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	start := time.Now()
 	s0 := small.Load()

@@ -38,7 +38,7 @@ func TestBudget(t *testing.T) {
 	assert.Equal(t, int64(100), peak)
 
 	// More than the whole budget can never be granted: an error, not a hang.
-	assert.ErrorIs(t, b.Acquire(context.Background(), 101), bucket.ErrInvalid)
+	assert.ErrorIs(t, b.Acquire(context.Background(), 101), ErrInvalid)
 }
 
 func TestBudgetReclaim(t *testing.T) {

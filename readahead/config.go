@@ -121,22 +121,22 @@ type Config struct {
 // size actually used (the cache's, if there is one).
 func (c Config) withDefaults() (Config, error) {
 	if c.Bucket == nil {
-		return c, fmt.Errorf("readahead: %w: Bucket is required", bucket.ErrInvalid)
+		return c, fmt.Errorf("readahead: %w: Bucket is required", ErrInvalid)
 	}
 	if c.Cache != nil {
 		c.BlockSize = c.Cache.BlockSize()
 		if c.BlockSize <= 0 {
-			return c, fmt.Errorf("readahead: %w: cache block size %d", bucket.ErrInvalid, c.BlockSize)
+			return c, fmt.Errorf("readahead: %w: cache block size %d", ErrInvalid, c.BlockSize)
 		}
 	}
 	if c.BlockSize < 0 {
-		return c, fmt.Errorf("readahead: %w: BlockSize %d < 0", bucket.ErrInvalid, c.BlockSize)
+		return c, fmt.Errorf("readahead: %w: BlockSize %d < 0", ErrInvalid, c.BlockSize)
 	}
 	if c.BlockSize == 0 {
 		c.BlockSize = DefaultBlockSize
 	}
 	if c.MaxConnections < 0 {
-		return c, fmt.Errorf("readahead: %w: MaxConnections %d < 0", bucket.ErrInvalid, c.MaxConnections)
+		return c, fmt.Errorf("readahead: %w: MaxConnections %d < 0", ErrInvalid, c.MaxConnections)
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
@@ -171,11 +171,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.MemoryLimit <= 0 {
-		return c, fmt.Errorf("readahead: %w: memory limit must be > 0, got %d", bucket.ErrInvalid, c.MemoryLimit)
+		return c, fmt.Errorf("readahead: %w: memory limit must be > 0, got %d", ErrInvalid, c.MemoryLimit)
 	}
 	if c.MemoryLimit < minParts*c.PartSize {
 		return c, fmt.Errorf("readahead: %w: memory limit %d is below %d parts of %d bytes",
-			bucket.ErrInvalid, c.MemoryLimit, minParts, c.PartSize)
+			ErrInvalid, c.MemoryLimit, minParts, c.PartSize)
 	}
 	// One stream's window never takes more than half the budget, so that
 	// demand reads and other streams keep room.

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"ferry/bucket"
 	"ferry/filecache"
+	"ferry/ranges"
 )
 
 // pattern is the source of every fake object's bytes: byte off of an
@@ -237,12 +239,31 @@ type memCache struct {
 	refuse bool // GUARDED_BY(mu)
 }
 
-var (
-	_ BlockCache = (*memCache)(nil)
-	_ willReader = (*memCache)(nil)
-)
+var _ BlockCache = (*memCache)(nil)
 
 func (c *memCache) WillRead(obj filecache.Key, first, n int64) { c.advised.Add(n) }
+
+// Spliceable: a memory cache has no file to splice from.
+func (c *memCache) Spliceable(filecache.Key, int64, int64) (*os.File, func(), bool) {
+	return nil, nil, false
+}
+
+func (c *memCache) CachedBytes(obj filecache.Key) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for i := int64(0); i*c.bs < int64(obj.Size); i++ {
+		if _, ok := c.blocks[cacheKey(obj, i)]; ok {
+			n += c.blockLen(obj, i)
+		}
+	}
+	return n
+}
+
+// Whole: a memory cache has no file to hand out.
+func (c *memCache) Whole(filecache.Key) (*filecache.WholeFile, bool) { return nil, false }
+
+func (c *memCache) Unready(filecache.Key, int64) []ranges.ByteRange { return nil }
 
 func newMemCache(bs int64) *memCache {
 	return &memCache{bs: bs, blocks: map[memCacheKey][]byte{}, writes: map[memCacheKey]int{}}

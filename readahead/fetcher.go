@@ -21,6 +21,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 
 	"ferry/bucket"
 	"ferry/filecache"
+	"ferry/ranges"
 )
 
 // BlockCache is the local disk cache of fixed-size blocks of object
@@ -50,10 +52,35 @@ type BlockCache interface {
 	WriteBlocksCRC(obj filecache.Key, first int64, p []byte, crcs []uint32) int
 	// HasBlock reports whether block idx of obj is present.
 	HasBlock(obj filecache.Key, idx int64) bool
+	// WillRead starts the disk reads of blocks [first, first+n) of obj
+	// before they are read one by one: a 512 KiB record is 9 blocks of
+	// 64 KiB, and reading them in turn from a cold page cache waits for
+	// 9 disk reads in a row.
+	WillRead(obj filecache.Key, first, n int64)
+	// Spliceable hands out the data file holding bytes [off, off+n) of
+	// obj at the same offsets, if every block they touch was read and
+	// checked earlier and the file is unchanged since; release unpins
+	// it once it has been sent from.
+	Spliceable(obj filecache.Key, off, n int64) (f *os.File, release func(), ok bool)
+	// CachedBytes says how many bytes of obj are present, reading
+	// nothing.
+	CachedBytes(obj filecache.Key) int64
+	// Whole hands out the data file of obj if every block is present.
+	Whole(obj filecache.Key) (*filecache.WholeFile, bool)
+	// Unready returns the byte ranges of obj that stand between it and
+	// a Whole file that checks good, if they come to at most limit bytes.
+	Unready(obj filecache.Key, limit int64) []ranges.ByteRange
 }
+
+// The disk cache is a BlockCache.
+var _ BlockCache = (*filecache.Store)(nil)
 
 // ErrClosed is returned by reads on a closed Handle or Fetcher.
 var ErrClosed = errors.New("readahead: closed")
+
+// ErrInvalid is returned for a Config that cannot work (New) and a read
+// at a negative offset.
+var ErrInvalid = errors.New("invalid argument")
 
 // maxAttempts bounds how often one demand chunk goes round when the fetches
 // it waited for (someone else's) failed or were cancelled.
@@ -228,8 +255,40 @@ func (f *Fetcher) Cached(obj bucket.Object) bool {
 	return true
 }
 
+// CachedBytes says how many bytes of obj the block cache holds; ok is
+// false without one.
+func (f *Fetcher) CachedBytes(obj bucket.Object) (n int64, ok bool) {
+	if f.cache == nil {
+		return 0, false
+	}
+	return f.cache.CachedBytes(cacheKeyOf(obj)), true
+}
+
+// Whole returns the block cache's file of obj if it holds obj whole.
+func (f *Fetcher) Whole(obj bucket.Object) (WholeFile, bool) {
+	if f.cache == nil {
+		return nil, false
+	}
+	w, ok := f.cache.Whole(cacheKeyOf(obj))
+	if !ok {
+		return nil, false
+	}
+	return w, true
+}
+
+// Unready returns what stands between obj and a Whole file that checks
+// good, if it comes to at most limit bytes (see Content).
+func (f *Fetcher) Unready(obj bucket.Object, limit int64) []ranges.ByteRange {
+	if f.cache == nil {
+		return nil
+	}
+	return f.cache.Unready(cacheKeyOf(obj), limit)
+}
+
 // Open returns a handle reading obj, pinned to obj.Version.
-func (f *Fetcher) Open(obj bucket.Object) *Handle {
+func (f *Fetcher) Open(obj bucket.Object) Reader { return f.open(obj) }
+
+func (f *Fetcher) open(obj bucket.Object) *Handle {
 	h := &Handle{f: f, obj: obj, key: objKey{name: obj.Name, version: obj.Version, size: obj.Size}, cacheKey: cacheKeyOf(obj)}
 	if obj.Version == "" {
 		h.key.unpinned = f.unpinned.Add(1)
@@ -258,8 +317,10 @@ func (f *Fetcher) Open(obj bucket.Object) *Handle {
 // small and medium objects), of the blocks neither cached nor in memory.
 // If it fetches nothing (all cached, or no memory free), the handle is
 // not Unread.
-func (f *Fetcher) OpenAhead(obj bucket.Object) *Handle {
-	h := f.Open(obj)
+func (f *Fetcher) OpenAhead(obj bucket.Object) Reader { return f.openAhead(obj) }
+
+func (f *Fetcher) openAhead(obj bucket.Object) *Handle {
+	h := f.open(obj)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unread.Store(true)
@@ -585,7 +646,7 @@ func (f *Fetcher) consumeLocked(p *part, i, n int64) {
 func (f *Fetcher) reclaimOne() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p := f.victimLocked(true); p != nil {
+	if p := f.victimLocked(true, false); p != nil {
 		f.stats.evicted.Add(1)
 		f.dropLocked(p)
 		return true
@@ -594,9 +655,11 @@ func (f *Fetcher) reclaimOne() bool {
 }
 
 // reclaimSpareLocked drops a kept part that costs little to lose, for
-// readahead (see victimLocked). LOCKS_REQUIRED(f.mu)
-func (f *Fetcher) reclaimSpareLocked() bool {
-	if p := f.victimLocked(false); p != nil {
+// readahead (see victimLocked); ahead is readahead of a handle opened
+// ahead and not read yet, which takes nothing from another such handle.
+// LOCKS_REQUIRED(f.mu)
+func (f *Fetcher) reclaimSpareLocked(ahead bool) bool {
+	if p := f.victimLocked(false, ahead); p != nil {
 		f.dropLocked(p)
 		return true
 	}
@@ -622,11 +685,16 @@ const idleStream = time.Second
 // line for its reader, sent 40% of a 4-stream cold read through the disk
 // (docs/operations.md).
 //
+// Readahead of a handle opened ahead and not read yet (ahead) takes
+// nothing from another such handle: files opened ahead of their readers
+// would otherwise push one another out of the budget, each fetched for
+// nobody, where they should only take what is free.
+//
 // A demand read takes any: the same first, then the part the cache also
 // holds that its reader comes to last (the furthest ahead of its stream's
 // cursor), else the least recently used.
 // LOCKS_REQUIRED(f.mu)
-func (f *Fetcher) victimLocked(demand bool) *part {
+func (f *Fetcher) victimLocked(demand, ahead bool) *part {
 	now := time.Now().UnixNano()
 	var lru, far *part
 	var farAhead int64
@@ -638,7 +706,11 @@ func (f *Fetcher) victimLocked(demand bool) *part {
 		if lru == nil {
 			lru = p
 		}
-		if p.fromCache || p.owner.unread.Load() {
+		unread := p.owner.unread.Load()
+		if unread && ahead {
+			continue
+		}
+		if p.fromCache || unread {
 			return p
 		}
 		if !p.stored {

@@ -81,7 +81,7 @@ func TestConfigValidation(t *testing.T) {
 		{Bucket: b, MemoryLimit: 64 * MiB, MaxConnections: -1},
 	} {
 		_, err := New(cfg)
-		assert.ErrorIs(t, err, bucket.ErrInvalid, "%+v", cfg)
+		assert.ErrorIs(t, err, ErrInvalid, "%+v", cfg)
 	}
 	f, err := New(Config{Bucket: b, MemoryLimit: DefaultMemoryLimit})
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestByteExact(t *testing.T) {
 			r := rand.New(rand.NewPCG(3, 4))
 			for _, size := range sizes {
 				obj := b.put(fmt.Sprintf("obj-%d", size), size)
-				h := f.Open(obj)
+				h := f.open(obj)
 				// Edges, then random ranges (some past EOF), then a sequential pass.
 				for _, rr := range [][2]int64{{0, 1}, {0, size + 10}, {size, 5}, {size + 1, 5}, {max(0, size-1), 2}} {
 					readCheck(t, b, h, rr[0], rr[1])
@@ -129,7 +129,7 @@ func TestByteExact(t *testing.T) {
 				assert.NoError(t, err)
 				assert.Zero(t, n)
 				_, err = h.ReadAt(context.Background(), make([]byte, 1), -1)
-				assert.ErrorIs(t, err, bucket.ErrInvalid)
+				assert.ErrorIs(t, err, ErrInvalid)
 				h.Close()
 				_, err = h.ReadAt(context.Background(), make([]byte, 1), 0)
 				assert.ErrorIs(t, err, ErrClosed)
@@ -146,7 +146,7 @@ func TestSequentialOnceIntoCache(t *testing.T) {
 	cache := newMemCache(128 * KiB)
 	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 64 * MiB, PartSize: 1 * MiB, MaxWindow: 8 * MiB})
 	obj := b.put("seq", 40*MiB+777)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 256*KiB)
 	h.Close()
 	st := f.Stats()
@@ -157,7 +157,7 @@ func TestSequentialOnceIntoCache(t *testing.T) {
 		assert.LessOrEqual(t, r.Len(), uint64(1*MiB), "parts are at most PartSize: %v", r)
 	}
 
-	h2 := f.Open(obj)
+	h2 := f.open(obj)
 	sequential(t, b, h2, 1*MiB)
 	h2.Close()
 	st2 := f.Stats()
@@ -172,7 +172,7 @@ func TestSequentialNoCache(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 32 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxWindow: 8 * MiB})
 	obj := b.put("seq", 30*MiB+5)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 128*KiB)
 	st := f.Stats()
 	assert.Equal(t, int64(obj.Size), st.BytesFetched)
@@ -202,7 +202,7 @@ func TestWindowGrowsToManyParallelParts(t *testing.T) {
 	}
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: DefaultMemoryLimit})
 	obj := b.put("big", 4<<30)
-	h := f.Open(obj)
+	h := f.open(obj)
 	// Feed the detector as FUSE would (1 MiB reads) without waiting for data.
 	var windows []int64
 	for off := int64(0); off < 200*MiB; off += MiB {
@@ -251,7 +251,7 @@ func TestStartWindow(t *testing.T) {
 	}
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: DefaultMemoryLimit})
 	first := func(name string, size, off int64) int64 {
-		h := f.Open(b.put(name, size))
+		h := f.open(b.put(name, size))
 		defer h.Close()
 		seq, err := h.observe(off, MiB)
 		require.NoError(t, err)
@@ -280,7 +280,7 @@ func TestGradedParts(t *testing.T) {
 	}
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: DefaultMemoryLimit, BlockSize: 64 * KiB})
 	obj := b.put("big", 1<<30)
-	h := f.Open(obj)
+	h := f.open(obj)
 	defer h.Close()
 	_, err := h.observe(0, MiB)
 	require.NoError(t, err)
@@ -324,7 +324,7 @@ func TestGradedPartsOnlyAtStart(t *testing.T) {
 	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: DefaultMemoryLimit})
 	const size = 256 << 20
 	obj := b.put("big", size)
-	h := f.Open(obj)
+	h := f.open(obj)
 	defer h.Close()
 	buf := make([]byte, MiB)
 	for off := int64(0); off < size; off += MiB {
@@ -351,7 +351,7 @@ func TestJumpDoesNotGrowWindow(t *testing.T) {
 	cache := newMemCache(64 * KiB)
 	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: DefaultMemoryLimit})
 	obj := b.put("big", 1<<30)
-	h := f.Open(obj)
+	h := f.open(obj)
 	defer h.Close()
 	buf := make([]byte, 512*KiB)
 	_, err := h.ReadAt(context.Background(), buf, 0) // a header read at offset 0
@@ -376,7 +376,7 @@ func TestWindowShrinks(t *testing.T) {
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 8 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB,
 		InitialWindow: 512 * KiB, MaxWindow: 4 * MiB})
 	obj := b.put("o", 1<<30)
-	h := f.Open(obj)
+	h := f.open(obj)
 	for off := int64(0); off < 16*MiB; off += 256 * KiB {
 		readCheck(t, b, h, off, 256*KiB)
 	}

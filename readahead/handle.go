@@ -83,7 +83,7 @@ func (h *Handle) NotifyAtEnd(fn func()) {
 // object). It does not retain p.
 func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
-		return 0, fmt.Errorf("readahead: %w: negative offset %d", bucket.ErrInvalid, off)
+		return 0, fmt.Errorf("readahead: %w: negative offset %d", ErrInvalid, off)
 	}
 	if h.closed.Load() {
 		return 0, ErrClosed
@@ -136,11 +136,6 @@ func (h *Handle) ReadRandomly() (random, known bool) {
 	return 4*h.randomReads >= 3*h.reads && h.randomBytes >= randomMinSize*h.randomReads, true
 }
 
-// splicer is the cache's Spliceable (filecache.Store).
-type splicer interface {
-	Spliceable(obj filecache.Key, off, n int64) (*os.File, func(), bool)
-}
-
 // Spliceable is ReadAt for a caller that can send bytes from a file
 // without reading them (fs splices them to the kernel): if the cache
 // hands out [off, off+len) clipped to the object (filecache.Store.
@@ -150,12 +145,11 @@ type splicer interface {
 // ReadAt's would (readahead, statistics). ok is false, and nothing
 // counted, if the cache cannot: the caller then calls ReadAt.
 func (h *Handle) Spliceable(off int64, size int) (f *os.File, n int, release func(), ok bool) {
-	sp, can := h.f.cache.(splicer)
-	if !can || off < 0 || size <= 0 || off >= int64(h.obj.Size) || h.closed.Load() {
+	if h.f.cache == nil || off < 0 || size <= 0 || off >= int64(h.obj.Size) || h.closed.Load() {
 		return nil, 0, nil, false
 	}
 	end := min(off+int64(size), int64(h.obj.Size))
-	f, release, ok = sp.Spliceable(h.cacheKey, off, end-off)
+	f, release, ok = h.f.cache.Spliceable(h.cacheKey, off, end-off)
 	if !ok {
 		return nil, 0, nil, false
 	}
@@ -377,7 +371,7 @@ func (h *Handle) issue(s *stream, from, to int64) bool {
 	// Memory held for readers is not taken, only what costs little to
 	// lose (see victimLocked).
 	for !f.budget.TryAcquire(cost) {
-		if !f.reclaimSpareLocked() {
+		if !f.reclaimSpareLocked(h.unread.Load()) {
 			return false
 		}
 	}
@@ -614,8 +608,8 @@ func (c *chunk) unref(parts []*part) {
 // Called holding no references.
 func (c *chunk) readCache(ctx context.Context, inflight []bool) error {
 	f := c.f
-	if wr, ok := f.cache.(willReader); ok && c.advise && c.left > 1 {
-		wr.WillRead(c.h.cacheKey, c.b0, int64(len(c.filled)))
+	if c.advise && c.left > 1 {
+		f.cache.WillRead(c.h.cacheKey, c.b0, int64(len(c.filled)))
 	}
 	// Runs of whole blocks wanted: one disk read each.
 	for j := 0; j < len(c.filled); {
@@ -887,12 +881,4 @@ func stopUndelivered(own []*part) {
 			p.cancel()
 		}
 	}
-}
-
-// willReader is implemented by caches (filecache.Store) that can start
-// the disk reads of several blocks at once before they are read one by
-// one: a 512 KiB record is 9 blocks of 64 KiB, and reading them in turn
-// from a cold page cache waits for 9 disk reads in a row.
-type willReader interface {
-	WillRead(obj filecache.Key, first, n int64)
 }

@@ -93,7 +93,7 @@ func BenchmarkSequentialEmulatedLink(b *testing.B) {
 			var steadyStart time.Time
 			var steady time.Duration // the last 3/4 of each pass, after ramp-up
 			for range b.N {
-				h := f.Open(obj)
+				h := f.open(obj)
 				for off := int64(0); off < objSize; off += readBytes {
 					if off == objSize/4 {
 						steadyStart = time.Now()

@@ -291,7 +291,7 @@ func TestFetcherWithMappedBuffers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := f.Open(b.put(fmt.Sprintf("obj-%d", w), size+int64(w)*4096))
+			h := f.open(b.put(fmt.Sprintf("obj-%d", w), size+int64(w)*4096))
 			defer h.Close()
 			sequential(t, b, h, 1*MiB)
 		}()

@@ -27,7 +27,7 @@ func TestReadaheadKeepsPartsReadBeforeItsOwn(t *testing.T) {
 	const size, chunk = 48 * MiB, 256 * KiB
 	var hs []*Handle
 	for i := range 4 {
-		h := f.Open(b.put(fmt.Sprintf("obj-%d", i), size))
+		h := f.open(b.put(fmt.Sprintf("obj-%d", i), size))
 		defer h.Close()
 		hs = append(hs, h)
 	}
@@ -52,7 +52,7 @@ func TestVictimOrder(t *testing.T) {
 	f, err := New(Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
 	require.NoError(t, err)
 	defer f.Close()
-	h := f.Open(b.put("obj", 64*MiB))
+	h := f.open(b.put("obj", 64*MiB))
 	defer h.Close()
 	now := time.Now().UnixNano()
 	active, idle := &stream{}, &stream{}
@@ -73,15 +73,15 @@ func TestVictimOrder(t *testing.T) {
 	kept(active, 40*MiB, true, 2) // being read
 	old := kept(idle, 20*MiB, true, 1)
 
-	assert.Same(t, old, f.victimLocked(false), "readahead: the idle stream's part")
-	assert.Same(t, old, f.victimLocked(true), "demand: the idle stream's part first")
+	assert.Same(t, old, f.victimLocked(false, false), "readahead: the idle stream's part")
+	assert.Same(t, old, f.victimLocked(true, false), "demand: the idle stream's part first")
 	f.dropLocked(old)
-	assert.Nil(t, f.victimLocked(false), "readahead takes nothing a reader is coming to")
-	assert.Same(t, far, f.victimLocked(true), "demand: the stored part read last")
+	assert.Nil(t, f.victimLocked(false, false), "readahead takes nothing a reader is coming to")
+	assert.Same(t, far, f.victimLocked(true, false), "demand: the stored part read last")
 	f.dropLocked(far)
-	assert.Same(t, near, f.victimLocked(true))
+	assert.Same(t, near, f.victimLocked(true, false))
 	f.dropLocked(near)
-	assert.Same(t, unstored, f.victimLocked(true), "demand: then the least recently used")
+	assert.Same(t, unstored, f.victimLocked(true, false), "demand: then the least recently used")
 	f.dropLocked(unstored)
-	assert.Nil(t, f.victimLocked(true), "a part being read is never taken")
+	assert.Nil(t, f.victimLocked(true, false), "a part being read is never taken")
 }

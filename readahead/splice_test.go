@@ -41,7 +41,7 @@ func TestSpliceable(t *testing.T) {
 	cfg := Config{Bucket: b, Cache: store, MemoryLimit: 64 * MiB}
 
 	f := newTestFetcher(t, cfg)
-	h := f.Open(obj)
+	h := f.open(obj)
 	assert.False(t, spliceCheck(t, b, h, 0, 100), "nothing cached")
 	readCheck(t, b, h, 0, 256*KiB)
 	readCheck(t, b, h, 1*MiB, 100)
@@ -51,7 +51,7 @@ func TestSpliceable(t *testing.T) {
 
 	// Another fetcher (nothing in memory) reads the blocks from disk.
 	f = newTestFetcher(t, cfg)
-	h = f.Open(obj)
+	h = f.open(obj)
 	defer h.Close()
 	readCheck(t, b, h, 0, 256*KiB)
 	readCheck(t, b, h, 1*MiB, 100)
@@ -68,7 +68,7 @@ func TestSpliceable(t *testing.T) {
 
 	// Without a disk cache, or with one that does not splice.
 	g := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 64 * MiB})
-	hg := g.Open(obj)
+	hg := g.open(obj)
 	defer hg.Close()
 	readCheck(t, b, hg, 0, 4096)
 	assert.False(t, spliceCheck(t, b, hg, 0, 100))
@@ -95,7 +95,7 @@ func TestReadRandomly(t *testing.T) {
 	}
 	random := []int64{40, 3, 17, 60, 9, 28, 51, 33}
 
-	h := f.Open(obj)
+	h := f.open(obj)
 	for _, mib := range random[:3] {
 		read(h, mib*MiB, 512*KiB)
 	}
@@ -106,14 +106,14 @@ func TestReadRandomly(t *testing.T) {
 	assert.True(t, readRandomly(t, h))
 	h.Close()
 
-	h = f.Open(obj)
+	h = f.open(obj)
 	for i := range int64(16) {
 		read(h, i*128*KiB, 128*KiB)
 	}
 	assert.False(t, readRandomly(t, h), "sequential")
 	h.Close()
 
-	h = f.Open(obj)
+	h = f.open(obj)
 	for _, mib := range random {
 		read(h, mib*MiB+5, 4*KiB)
 	}
@@ -123,7 +123,7 @@ func TestReadRandomly(t *testing.T) {
 	// A quarter sequential still counts as random; half does not. (The
 	// run starts past every other read: a read up to 16 MiB behind a
 	// stream's cursor is taken as reordered, DefaultReorderTolerance.)
-	h = f.Open(obj)
+	h = f.open(obj)
 	for _, mib := range random[:6] {
 		read(h, mib*MiB, 256*KiB)
 	}
@@ -148,22 +148,22 @@ func TestSpliceableFeedsTheDetector(t *testing.T) {
 	defer store.Close()
 	cfg := Config{Bucket: b, Cache: store, MemoryLimit: 64 * MiB}
 	f := newTestFetcher(t, cfg)
-	h := f.Open(obj)
+	h := f.open(obj)
 	readCheck(t, b, h, 0, 8*MiB)
 	h.Close()
 	f.Close()
 	f = newTestFetcher(t, cfg)
-	h = f.Open(obj)
+	h = f.open(obj)
 	readCheck(t, b, h, 0, 8*MiB) // from disk: checked
 	h.Close()
 
-	h = f.Open(obj)
+	h = f.open(obj)
 	for _, k := range []int64{7, 2, 5, 0, 3, 6} {
 		require.True(t, spliceCheck(t, b, h, k*MiB+11, 512*KiB))
 	}
 	assert.True(t, readRandomly(t, h))
 	h.Close()
-	h = f.Open(obj)
+	h = f.open(obj)
 	for i := range int64(12) {
 		require.True(t, spliceCheck(t, b, h, i*512*KiB, 512*KiB))
 	}

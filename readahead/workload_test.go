@@ -48,7 +48,7 @@ func TestRandomReadsFetchRatio(t *testing.T) {
 			b := newFakeBucket()
 			f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(bs), MemoryLimit: 64 * MiB, PartSize: 1 * MiB})
 			obj := b.put("random", 2<<30)
-			h := f.Open(obj)
+			h := f.open(obj)
 			r := rand.New(rand.NewPCG(5, 6))
 			const n, size = 150, 512 * KiB
 			for range n {
@@ -84,7 +84,7 @@ func TestRandomRecordsFetchRatio(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var all []record
 	for i := range hs {
-		hs[i] = f.Open(b.put(fmt.Sprintf("shard%d", i), shardSize))
+		hs[i] = f.open(b.put(fmt.Sprintf("shard%d", i), shardSize))
 		for off := r.Int64N(rec); off+rec <= shardSize; off += rec {
 			all = append(all, record{i, off})
 		}
@@ -120,7 +120,7 @@ func TestRandomReadFetchesOnlyMissingBlocks(t *testing.T) {
 	obj := b.put("o", 64*MiB)
 	// One handle per read, so that no read looks sequential.
 	read := func(off, n int64) {
-		h := f.Open(obj)
+		h := f.open(obj)
 		defer h.Close()
 		readCheck(t, b, h, off, n)
 	}
@@ -154,7 +154,7 @@ func earlyRead(t *testing.T, b *fakeBucket, f *Fetcher, obj bucket.Object, off, 
 		}
 		return after(ctx, at)
 	}
-	h := f.Open(obj)
+	h := f.open(obj)
 	p := make([]byte, end-off)
 	type result struct {
 		n   int
@@ -208,7 +208,7 @@ func TestDemandReadAnsweredBeforeItsPadding(t *testing.T) {
 	for i := int64(1); i <= 4; i++ {
 		assert.True(t, cache.HasBlock(cacheKeyOf(obj), i), "block %d", i)
 	}
-	h = f.Open(obj)
+	h = f.open(obj)
 	readCheck(t, b, h, 64*KiB, 256*KiB)
 	h.Close()
 	assert.Len(t, b.requests(), 1, "read again from the cache")
@@ -237,7 +237,7 @@ func TestDemandReadAnsweredBeforeItsPaddingFails(t *testing.T) {
 		assert.False(t, cache.HasBlock(cacheKeyOf(obj), i), "block %d cached from a failed request", i)
 	}
 	assert.Zero(t, f.Stats().BudgetInUse, "the failed request's buffer is still accounted")
-	h = f.Open(obj)
+	h = f.open(obj)
 	readCheck(t, b, h, 64*KiB, 256*KiB)
 	h.Close()
 	assert.Len(t, b.requests(), 2)
@@ -270,7 +270,7 @@ func TestDemandReadCancelledStopsItsFetch(t *testing.T) {
 		<-ctx.Done() // a store that never sends a byte
 		return 0, ctx.Err()
 	}
-	h := f.Open(obj)
+	h := f.open(obj)
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
 	go func() {
@@ -292,7 +292,7 @@ func TestDemandReadFailureStopsItsOtherFetches(t *testing.T) {
 	cache := newMemCache(64 * KiB)
 	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
 	obj := b.put("o", 4*MiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	readCheck(t, b, h, 128*KiB, 64*KiB) // block 2 cached
 	h.Close()
 	b.hook = func(ctx context.Context, req *bucket.ReadRequest) error {
@@ -305,7 +305,7 @@ func TestDemandReadFailureStopsItsOtherFetches(t *testing.T) {
 		}
 		return nil
 	}
-	h = f.Open(obj)
+	h = f.open(obj)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err := h.ReadAt(ctx, make([]byte, 130*KiB), 100*KiB) // blocks 1 and 3 missing: two requests
 	cancel()
@@ -333,7 +333,7 @@ func TestDeliveredBufferOutlivesFailedPadding(t *testing.T) {
 		return 0, fmt.Errorf("fake: connection reset: %w", bucket.ErrUnavailable)
 	}
 	for range 16 {
-		h := f.Open(obj)
+		h := f.open(obj)
 		c := &chunk{f: f, h: h, dst: make([]byte, ce-cs), cs: cs, ce: ce, b0: 1, filled: make([]bool, 4), left: 4}
 		ctx := context.Background()
 		own, more, err := c.claim(ctx, []int64{1, 2, 3, 4}, nil, false)
@@ -367,7 +367,7 @@ func TestSmallObjectOneRequest(t *testing.T) {
 			}
 			f := newTestFetcher(t, cfg)
 			obj := b.put("small", 1536*KiB+3)
-			h := f.Open(obj)
+			h := f.open(obj)
 			// The kernel reads 128K at a time, starting in the middle.
 			readCheck(t, b, h, 512*KiB, 128*KiB)
 			sequential(t, b, h, 128*KiB)
@@ -388,7 +388,7 @@ func TestSmallObjectKeptAfterItsRead(t *testing.T) {
 	answered := make(chan struct{})
 	f.afterPublish = func(*part) { <-answered }
 	obj := b.put("small", 1536*KiB+3)
-	h := f.Open(obj)
+	h := f.open(obj)
 	readCheck(t, b, h, 0, 128*KiB) // returns after publish; cancels its context
 	close(answered)
 	sequential(t, b, h, 128*KiB)
@@ -414,7 +414,7 @@ func TestPartReadBeforeSettleLeavesMemory(t *testing.T) {
 		}()
 	}
 	obj := b.put("small", 1536*KiB+3)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 128*KiB) // every byte, from memory, before settle
 	assert.Positive(t, f.Stats().BudgetInUse, "the fetch still holds the part")
 	close(answered)
@@ -430,13 +430,13 @@ func TestMediumObjectFromStart(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 64 * MiB})
 	obj := b.put("sample", 2764*KiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 128*KiB)
 	assert.Equal(t, []bucket.ByteRange{{Start: 0, Limit: obj.Size}}, b.ranges("sample"))
 	h.Close()
 
 	other := b.put("random", 3*MiB)
-	h = f.Open(other)
+	h = f.open(other)
 	readCheck(t, b, h, 1*MiB+5, 100)
 	assert.Equal(t, []bucket.ByteRange{{Start: uint64(1 * MiB), Limit: uint64(1*MiB + 64*KiB)}}, b.ranges("random"),
 		"a first read in the middle fetches its block, not the object")
@@ -452,13 +452,13 @@ func TestCacheReadsAreAdvised(t *testing.T) {
 	c := newMemCache(64 * KiB)
 	f := newTestFetcher(t, Config{Bucket: b, Cache: c, MemoryLimit: 64 * MiB, SmallObjectSize: -1})
 	obj := b.put("o", 8*MiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 1*MiB) // fill the cache
 	h.Close()
 	requests := len(b.ranges("o"))
 	c.advised.Store(0)
 
-	h = f.Open(obj)
+	h = f.open(obj)
 	defer h.Close()
 	readCheck(t, b, h, 3*MiB+100, 512*KiB)
 	assert.EqualValues(t, 9, c.advised.Load(), "the 9 blocks of an unaligned 512 KiB read")
@@ -467,7 +467,7 @@ func TestCacheReadsAreAdvised(t *testing.T) {
 	assert.Len(t, b.ranges("o"), requests, "served from the cache")
 
 	// A sequential reader is left to the kernel's readahead of the file.
-	h2 := f.Open(obj)
+	h2 := f.open(obj)
 	defer h2.Close()
 	sequential(t, b, h2, 1*MiB)
 	assert.EqualValues(t, 9, c.advised.Load(), "sequential reads are not advised")
@@ -485,7 +485,7 @@ func TestSingleFlight(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := f.Open(obj) // separate handles share the fetch too
+			h := f.open(obj) // separate handles share the fetch too
 			defer h.Close()
 			readCheck(t, b, h, 10*MiB+int64(i)*1000, 100)
 		}()
@@ -507,7 +507,7 @@ func TestPreconditionPropagates(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 16 * MiB, PartSize: 1 * MiB})
 	obj := b.put("o", 32*MiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	defer h.Close()
 	readCheck(t, b, h, 0, 256*KiB)
 	readCheck(t, b, h, 256*KiB, 256*KiB) // sequential: readahead starts
@@ -521,7 +521,7 @@ func TestPreconditionPropagates(t *testing.T) {
 	// A handle opened on the new version reads it.
 	obj2, err := b.Stat(context.Background(), &bucket.StatRequest{Name: "o"})
 	require.NoError(t, err)
-	h2 := f.Open(*obj2)
+	h2 := f.open(*obj2)
 	defer h2.Close()
 	readCheck(t, b, h2, 20*MiB, 1*MiB)
 }
@@ -539,7 +539,7 @@ func TestFailedReadaheadRetriedOnDemand(t *testing.T) {
 	}
 	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 16 * MiB, PartSize: 1 * MiB, MaxWindow: 4 * MiB})
 	obj := b.put("o", 12*MiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 256*KiB)
 	h.Close()
 	st := f.Stats()
@@ -555,7 +555,7 @@ func TestCacheRefusingWrites(t *testing.T) {
 	cache.refuse = true
 	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 16 * MiB, PartSize: 1 * MiB, MaxWindow: 4 * MiB})
 	obj := b.put("o", 10*MiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 128*KiB)
 	h.Close()
 	assert.Equal(t, int64(obj.Size), f.Stats().BytesFetched)
@@ -566,7 +566,7 @@ func TestDemandReadLargerThanBudget(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 4 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxConnections: 3})
 	obj := b.put("o", 20*MiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	readCheck(t, b, h, 12345, 13*MiB)
 	h.Close()
 	assert.LessOrEqual(t, f.Stats().BudgetPeak, int64(4*MiB))
@@ -580,14 +580,14 @@ func TestDemandProgressWhenBudgetFullOfReadahead(t *testing.T) {
 	g := newGate(func(r *bucket.ReadRequest) bool { return r.Name == "seq" })
 	b.hook = g.hook
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 4 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxWindow: 2 * MiB})
-	seq := f.Open(b.put("seq", 1<<30))
+	seq := f.open(b.put("seq", 1<<30))
 	// Feed the detector so readahead fills the budget (held in flight).
 	for off := int64(0); f.Stats().BudgetInUse < 4*MiB && off < 64*MiB; off += 256 * KiB {
 		require.NoError(t, observeErr(seq.observe(off, 256*KiB)))
 	}
 	require.Equal(t, 4*MiB, f.Stats().BudgetInUse, "readahead filled the budget")
 	other := b.put("other", 8*MiB)
-	h := f.Open(other)
+	h := f.open(other)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -613,7 +613,7 @@ func TestDemandProgressWhenBudgetFullOfReadahead(t *testing.T) {
 func TestKeptReadaheadEvictedForDemand(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 4 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxWindow: 2 * MiB})
-	seq := f.Open(b.put("seq", 64*MiB))
+	seq := f.open(b.put("seq", 64*MiB))
 	readCheck(t, b, seq, 0, 256*KiB)
 	readCheck(t, b, seq, 256*KiB, 256*KiB) // readahead of ~2 MiB starts, then the reader stalls
 	require.Eventually(t, func() bool {
@@ -625,7 +625,7 @@ func TestKeptReadaheadEvictedForDemand(t *testing.T) {
 	used, _ := f.budget.snapshot()
 	took := f.budget.limit - used
 	require.True(t, f.budget.TryAcquire(took))
-	h := f.Open(b.put("other", 64*MiB))
+	h := f.open(b.put("other", 64*MiB))
 	readCheck(t, b, h, 30*MiB+5, 512*KiB)
 	assert.Positive(t, f.Stats().Evicted)
 	f.budget.Release(took)
@@ -639,7 +639,7 @@ func TestCloseCancelsReadaheadAndFreesMemory(t *testing.T) {
 	b.hook = g.hook
 	f := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 32 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxWindow: 8 * MiB})
 	obj := b.put("o", 1<<30)
-	h := f.Open(obj)
+	h := f.open(obj)
 	for off := int64(0); off < 1*MiB; off += 128 * KiB {
 		readCheck(t, b, h, off, 128*KiB)
 	}
@@ -651,7 +651,7 @@ func TestCloseCancelsReadaheadAndFreesMemory(t *testing.T) {
 	// Seeking away: a random jump that evicts a stream from the LRU
 	// cancels that stream's readahead.
 	f2 := newTestFetcher(t, Config{Bucket: b, MemoryLimit: 32 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB, MaxWindow: 8 * MiB, MaxStreams: 1})
-	h2 := f2.Open(obj)
+	h2 := f2.open(obj)
 	for off := int64(0); off < 1*MiB; off += 128 * KiB {
 		readCheck(t, b, h2, off, 128*KiB)
 	}
@@ -670,7 +670,7 @@ func TestInterleavedStreamsOnOneHandle(t *testing.T) {
 	b := newFakeBucket()
 	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 32 * MiB, PartSize: 1 * MiB, MaxWindow: 4 * MiB})
 	obj := b.put("o", 1<<30)
-	h := f.Open(obj)
+	h := f.open(obj)
 	starts := []int64{0, 300 * MiB, 600 * MiB, 900 * MiB}
 	const per = 6 * MiB
 	for off := int64(0); off < per; off += 256 * KiB {
@@ -703,7 +703,7 @@ func TestReorderedConcurrentReads(t *testing.T) {
 			}
 			f := newTestFetcher(t, cfg)
 			obj := b.put("o", 24*MiB)
-			h := f.Open(obj)
+			h := f.open(obj)
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			for range 6 {
@@ -765,7 +765,7 @@ func TestBudgetUnderConcurrentWorkload(t *testing.T) {
 					r := rand.New(rand.NewPCG(uint64(w), 9))
 					for range 4 {
 						obj := objs[r.IntN(len(objs))]
-						h := f.Open(obj)
+						h := f.open(obj)
 						size := int64(obj.Size)
 						if r.IntN(2) == 0 {
 							for off := r.Int64N(size / 2); off < size; off += 128 * KiB {
@@ -803,7 +803,7 @@ func TestManyStreamsStayWithinBudget(t *testing.T) {
 	handles := make([]*Handle, 32)
 	var wg sync.WaitGroup
 	for i := range handles {
-		handles[i] = f.Open(b.put(fmt.Sprintf("big-%d", i), 4<<30))
+		handles[i] = f.open(b.put(fmt.Sprintf("big-%d", i), 4<<30))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -832,7 +832,7 @@ func TestManyStreamsStayWithinBudget(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := f.Open(b.put(fmt.Sprintf("file-%d", i), size+int64(i)))
+			h := f.open(b.put(fmt.Sprintf("file-%d", i), size+int64(i)))
 			defer h.Close()
 			sequential(t, b, h, 1*MiB)
 		}()
@@ -846,7 +846,7 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f, err := New(Config{Bucket: b, MemoryLimit: 64 * MiB, Registerer: reg, PartSize: 1 * MiB})
 	require.NoError(t, err)
-	h := f.Open(b.put("o", 8*MiB))
+	h := f.open(b.put("o", 8*MiB))
 	sequential(t, b, h, 256*KiB)
 	h.Close()
 	mfs, err := reg.Gather()
@@ -888,12 +888,12 @@ func TestPartialBlockReadsHitCacheOnce(t *testing.T) {
 	cache := newMemCache(1 * MiB)
 	f := newTestFetcher(t, Config{Bucket: b, Cache: cache, MemoryLimit: 64 * MiB, PartSize: 4 * MiB, MaxWindow: 16 * MiB})
 	obj := b.put("o", 16*MiB)
-	h := f.Open(obj)
+	h := f.open(obj)
 	sequential(t, b, h, 1*MiB) // epoch 1 fills the cache
 	h.Close()
 	fetched := f.Stats().BytesFetched
 	cache.reads.Store(0)
-	h = f.Open(obj)
+	h = f.open(obj)
 	// 128K reads, shifted so that no read is block-aligned.
 	readCheck(t, b, h, 0, 100*KiB)
 	for off := 100 * KiB; off < int64(obj.Size); off += 128 * KiB {
@@ -927,7 +927,7 @@ func TestDemandReadTakesReadaheadsFinalFailure(t *testing.T) {
 		}
 		return fmt.Errorf("fake: giving up after 5 attempts: connection refused: %w", bucket.ErrUnavailable)
 	}
-	h := f.Open(obj)
+	h := f.open(obj)
 	defer h.Close()
 	for off := int64(0); off < gate; off += MiB {
 		readCheck(t, b, h, off, MiB)

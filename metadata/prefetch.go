@@ -1,4 +1,4 @@
-package fs
+package metadata
 
 import (
 	"context"
@@ -30,15 +30,16 @@ const (
 	prefetchTooLargeFor = 10 * time.Minute
 )
 
-type dirPrefetcher struct {
+type prefetcher struct {
 	// Dependencies
-	fs *fileSystem
+	c *Cache
 
 	// Constant data
-	enabled    bool
-	maxEntries int // prefetchMaxEntries; smaller in tests
+	enabled    bool // lists when asked (ListSoon)
+	afterMiss  int  // misses that start a listing; 0: never
+	maxEntries int  // prefetchMaxEntries; smaller in tests
 	sem        *semaphore.Weighted
-	ctx        context.Context // cancelled when the file system is destroyed
+	ctx        context.Context // cancelled by stop
 	cancel     context.CancelFunc
 
 	// Mutable state
@@ -52,11 +53,14 @@ type dirPrefetcher struct {
 	wg       sync.WaitGroup
 }
 
-func newDirPrefetcher(fs *fileSystem) *dirPrefetcher {
+// newPrefetcher lists directories of c in the background after
+// afterMisses lookup misses (Config.ListAfterMisses).
+func newPrefetcher(c *Cache, afterMisses int) *prefetcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &dirPrefetcher{
-		fs:         fs,
-		enabled:    fs.ttl != 0, // nothing to keep the listing in otherwise
+	p := &prefetcher{
+		c:          c,
+		enabled:    c.ttl != 0, // nothing to keep the listing in otherwise
+		afterMiss:  prefetchAfterMisses,
 		maxEntries: prefetchMaxEntries,
 		sem:        semaphore.NewWeighted(prefetchParallel),
 		ctx:        ctx,
@@ -65,12 +69,19 @@ func newDirPrefetcher(fs *fileSystem) *dirPrefetcher {
 		inflight:   make(map[string]bool),
 		tooLarge:   make(map[string]time.Time),
 	}
+	switch {
+	case afterMisses < 0:
+		p.afterMiss = 0
+	case afterMisses > 0:
+		p.afterMiss = afterMisses
+	}
+	return p
 }
 
-// miss records a lookup in dir that the metadata cache could not answer
-// and starts a listing of dir once misses pile up.
-func (p *dirPrefetcher) miss(dir string) {
-	if !p.enabled {
+// miss records a lookup in dir that the cache could not answer and
+// starts a listing of dir once misses pile up.
+func (p *prefetcher) miss(dir string) {
+	if !p.enabled || p.afterMiss == 0 {
 		return
 	}
 	p.mu.Lock()
@@ -79,7 +90,7 @@ func (p *dirPrefetcher) miss(dir string) {
 	}
 	p.misses[dir]++
 	start := false
-	if p.misses[dir] >= prefetchAfterMisses {
+	if p.misses[dir] >= p.afterMiss {
 		start, _ = p.startLocked(dir)
 	}
 	p.mu.Unlock()
@@ -88,10 +99,13 @@ func (p *dirPrefetcher) miss(dir string) {
 	}
 }
 
-// want starts a listing of dir now, for a caller that needs one (reading
-// ahead across files), unless one is in flight or the budget is busy. It
-// reports busy if only the budget stopped it: a later call may succeed.
-func (p *dirPrefetcher) want(dir string) (busy bool) {
+// ListSoon starts a listing of dir in the background, for a caller that
+// will need one (reading ahead across files), unless one is in flight or
+// the budget of listings is busy. It reports busy if only that budget
+// stopped it: a later call may succeed. Nothing is listed when the TTL is
+// 0.
+func (c *Cache) ListSoon(dir string) (busy bool) {
+	p := c.prefetch
 	if !p.enabled {
 		return false
 	}
@@ -107,8 +121,8 @@ func (p *dirPrefetcher) want(dir string) (busy bool) {
 // startLocked reports whether a listing of dir may start now, and if so
 // books it; the caller then runs p.list(dir). busy: it may not only
 // because prefetchParallel listings are running. LOCKS_REQUIRED(p.mu)
-func (p *dirPrefetcher) startLocked(dir string) (start, busy bool) {
-	if at, ok := p.tooLarge[dir]; ok && p.fs.now().Sub(at) < prefetchTooLargeFor {
+func (p *prefetcher) startLocked(dir string) (start, busy bool) {
+	if at, ok := p.tooLarge[dir]; ok && p.c.now().Sub(at) < prefetchTooLargeFor {
 		return false, false
 	}
 	if p.stopped || p.inflight[dir] {
@@ -124,8 +138,8 @@ func (p *dirPrefetcher) startLocked(dir string) (start, busy bool) {
 }
 
 // list reads every page of dir; the last page puts the complete listing in
-// the metadata cache (fetchPage does that for any complete listing).
-func (p *dirPrefetcher) list(dir string) {
+// the cache (NextPage does that for any complete listing).
+func (p *prefetcher) list(dir string) {
 	defer func() {
 		p.sem.Release(1)
 		p.mu.Lock()
@@ -133,27 +147,25 @@ func (p *dirPrefetcher) list(dir string) {
 		p.mu.Unlock()
 		p.wg.Done()
 	}()
-	h := &dirHandle{path: dir, index: make(map[string]int)}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for !h.complete && len(h.entries) <= p.maxEntries {
-		if err := p.fs.fetchPage(p.ctx, h); err != nil {
-			p.fs.log.Debug("directory prefetch failed", "dir", dir, "err", err)
+	l := &Lister{Path: dir, index: make(map[string]int)}
+	for !l.Complete && len(l.Entries) <= p.maxEntries {
+		if err := p.c.NextPage(p.ctx, l); err != nil {
+			p.c.log.Debug("directory prefetch failed", "dir", dir, "err", err)
 			return
 		}
 	}
-	if !h.complete {
+	if !l.Complete {
 		p.mu.Lock()
 		if len(p.tooLarge) >= prefetchTracked {
 			clear(p.tooLarge)
 		}
-		p.tooLarge[dir] = p.fs.now()
+		p.tooLarge[dir] = p.c.now()
 		p.mu.Unlock()
 	}
 }
 
 // stop cancels listings in flight and waits for them.
-func (p *dirPrefetcher) stop() {
+func (p *prefetcher) stop() {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()

@@ -1,9 +1,10 @@
-package fs
+package readahead
 
 import (
 	"slices"
 
 	"ferry/bucket"
+	"ferry/metadata"
 )
 
 // Reading ahead of small files. A loader reading a directory of small
@@ -18,20 +19,22 @@ import (
 // entries up to it), the small files after the furthest one opened are
 // fetched whole ahead, one request each, up to smallAhead entries past
 // it, and the readers' opens take them over as for large files
-// (ahead.go). A reader in shuffled order rarely makes a run: 20 shuffled
+// (files.go). A reader in shuffled order rarely makes a run: 20 shuffled
 // epochs through directories of 60 to 3000 files (5 each) fetched 24
 // files ahead in all (a unit-test probe), 22 of them read later in the
 // same epoch.
 //
-// Bounds: smallAheadMax files and Config.AheadBytes bytes (at most
-// smallAheadBytes) wait for readers, all directories together (a new file
-// is dropped when they are reached, unless a waiting one is stale: its
-// run was forgotten, or went on smallSpan files past it); each waits
-// at most aheadUnused; like all readahead, fetching takes only free
-// memory. A small file taken by an open stays counted until its first
-// read (a probe releases it unread, and it waits again). Not fetched: a
-// file a reader has open now, one the disk cache holds whole, and one
-// read before through this mount on an inode the kernel still has: the
+// Bounds: smallAheadMax files wait for readers, all directories together
+// (a new file is dropped when they are reached, unless a waiting one is
+// stale: its run was forgotten, or went on smallSpan files past it); each
+// waits at most aheadUnused. Their bytes are in the one memory budget:
+// like all readahead, fetching them takes only free memory, and never
+// what another file opened ahead holds (Fetcher.OpenAhead), so they do
+// not push one another out, while streams being read may take theirs. A
+// small file taken by an open stays counted until its first read (a probe
+// releases it unread, and it waits again). Not fetched: a file a reader
+// has open now, one the disk cache holds whole, and one read before
+// through this mount on an inode the kernel still has (ReadBefore): the
 // kernel may still have its pages, and ferry cannot tell. So a second
 // pass on the same mount is read ahead only where the kernel forgot the
 // inodes or the files changed; later epochs are what the disk cache is
@@ -51,7 +54,7 @@ import (
 //
 // Without a fresh listing nothing is fetched ahead; a loader that opens
 // files by name without listing makes lookup misses, and three of those
-// list the directory (prefetch.go).
+// list the directory (package metadata).
 const (
 	// smallSpan: an open at most this many listing entries before or after
 	// the furthest one of a run continues it; further away, a new run
@@ -71,10 +74,9 @@ const (
 	// of 128 KiB: 8 gave 150% of 8 readers at one round trip, 16 gave
 	// 207-209%, 32 gave 211%.)
 	smallAhead = 16
-	// smallAheadMax and smallAheadBytes bound the small files opened ahead
-	// and not yet taken.
-	smallAheadMax   = 64
-	smallAheadBytes = 64 << 20
+	// smallAheadMax bounds the small files opened ahead and not yet
+	// taken.
+	smallAheadMax = 64
 	// smallRunsPerDir bounds the runs of one directory; recentOpens is how
 	// many of a run's last opens are remembered.
 	smallRunsPerDir = 8
@@ -168,157 +170,149 @@ func (d *dirRuns) run(i int, gen func() uint64) *smallRun {
 // (whose reader is not read ahead in windows): it extends a run of the
 // directory and, if that run follows the listing, opens the small files
 // after it ahead.
-func (a *aheader) openedSmall(path string, obj bucket.Object) {
-	if a.openAhead == nil || obj.Size >= aheadMinSize {
+func (fl *Files) openedSmall(path string, obj bucket.Object) {
+	if obj.Size >= aheadMinSize {
 		return
 	}
-	dir, name := splitPath(path)
-	entries, i, ok := a.fs.cache.listingAt(dir, name)
+	dir, name := metadata.SplitPath(path)
+	listing, ok := fl.dirs.Listing(dir)
 	if !ok {
 		return
 	}
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
+	i, ok := listing.Index(name)
+	if !ok {
 		return
 	}
-	r := a.dirRunsLocked(dir).run(i, func() uint64 { a.gen++; return a.gen })
+	for _, p := range fl.smallAhead(dir, listing, i) {
+		fl.openSmallAhead(p)
+	}
+}
+
+// smallAhead extends the run of dir that an open of listing entry i
+// continues and, if the run follows the listing, books the small files
+// to open ahead after it (their places taken, their paths marked
+// opening).
+func (fl *Files) smallAhead(dir string, listing *metadata.Listing, i int) []*aheadFile {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if fl.closed {
+		return nil
+	}
+	r := fl.dirRunsLocked(dir).run(i, func() uint64 { fl.gen++; return fl.gen })
+	if !r.inOrder() {
+		return nil
+	}
 	var todo []*aheadFile
-	if r.inOrder() {
-		for j := max(r.ahead, r.hi) + 1; j < len(entries) && j <= r.hi+smallAhead; j++ {
-			e := entries[j]
-			p := childPath(dir, e.name)
-			if e.kind != kindFile || e.obj.Size == 0 || e.obj.Size >= aheadMinSize ||
-				a.opening[p] || a.held[p] > 0 || a.waitingLocked(p, e.obj) ||
-				a.fs.readBefore(p, e.obj) {
-				r.ahead = j
-				continue
-			}
-			if !a.makeSmallRoomLocked(int64(e.obj.Size)) {
-				break // tried again at the run's next open
-			}
+	for j := max(r.ahead, r.hi) + 1; j < listing.Len() && j <= r.hi+smallAhead; j++ {
+		name, obj, isFile := listing.Entry(j)
+		p := metadata.ChildPath(dir, name)
+		if !isFile || obj.Size == 0 || obj.Size >= aheadMinSize ||
+			fl.opening[p] || fl.held[p] > 0 || fl.waitingLocked(p, obj) ||
+			fl.dirs.ReadBefore(p, obj) {
 			r.ahead = j
-			a.opening[p] = true
-			a.smallFiles++
-			a.smallBytes += int64(e.obj.Size)
-			todo = append(todo, &aheadFile{path: p, obj: e.obj, small: true, idx: j, gen: r.gen})
+			continue
 		}
+		if !fl.makeSmallRoomLocked() {
+			break // tried again at the run's next open
+		}
+		r.ahead = j
+		fl.opening[p] = true
+		fl.smallFiles++
+		todo = append(todo, &aheadFile{path: p, obj: obj, small: true, idx: j, gen: r.gen})
 	}
-	a.mu.Unlock()
-	if len(todo) == 0 {
-		return
+	return todo
+}
+
+// openSmallAhead opens p, booked by smallAhead, outside the lock. Opening
+// ahead only starts fetches (with a disk cache it looks up which blocks
+// it holds); an open of the file meanwhile waits for it (see take).
+func (fl *Files) openSmallAhead(p *aheadFile) {
+	fl.mu.Lock()
+	closed := fl.closed
+	fl.mu.Unlock()
+	// Stopped: given up unopened. In the disk cache whole: not worth a
+	// handle.
+	skip := closed || fl.content.Cached(p.obj)
+	if !skip {
+		p.r = fl.content.OpenAhead(p.obj)
 	}
-	// Opened outside the lock. Opening ahead only starts fetches (with a
-	// disk cache it looks up which blocks it holds); an open of one of
-	// these files meanwhile waits for it (see open).
-	for _, p := range todo {
-		a.mu.Lock()
-		closed := a.closed
-		a.mu.Unlock()
-		// Stopped: the rest are given up unopened. In the disk cache
-		// whole: not worth a handle.
-		skip := closed || (a.fs.cached != nil && a.fs.cached(p.obj))
-		if !skip {
-			p.r = a.openAhead(p.obj)
-		}
-		a.mu.Lock()
-		a.doneOpeningLocked(p.path)
-		drop := a.closed || skip || !fetching(p.r) // stopped, cached, or nothing to fetch
-		if drop {
-			a.smallFiles--
-			a.smallBytes -= int64(p.obj.Size)
-		} else {
-			a.addLocked(p)
-			a.started.Add(1)
-		}
-		a.mu.Unlock()
-		if drop && p.r != nil {
-			p.r.Close()
-		}
+	fl.mu.Lock()
+	fl.doneOpeningLocked(p.path)
+	drop := fl.closed || skip || !p.r.Unread() // stopped, cached, or nothing to fetch
+	if drop {
+		fl.smallFiles--
+	} else {
+		fl.addLocked(p)
+		fl.started.Add(1)
+	}
+	fl.mu.Unlock()
+	if drop && p.r != nil {
+		p.r.Close()
 	}
 }
 
 // dirRunsLocked returns the runs of dir, made if need be.
-// LOCKS_REQUIRED(a.mu)
-func (a *aheader) dirRunsLocked(dir string) *dirRuns {
-	d, ok := a.runs[dir]
+// LOCKS_REQUIRED(fl.mu)
+func (fl *Files) dirRunsLocked(dir string) *dirRuns {
+	d, ok := fl.runs[dir]
 	if !ok {
-		if len(a.runs) >= dirsTracked {
-			clear(a.runs)
+		if len(fl.runs) >= dirsTracked {
+			clear(fl.runs)
 		}
 		d = &dirRuns{}
-		a.runs[dir] = d
+		fl.runs[dir] = d
 	}
 	return d
 }
 
 // waitingLocked reports whether path waits for its reader, opened ahead
 // in obj's version; one waiting in another version is closed (the listing
-// has a newer one). LOCKS_REQUIRED(a.mu)
-func (a *aheader) waitingLocked(path string, obj bucket.Object) bool {
-	i := a.indexLocked(path)
+// has a newer one). LOCKS_REQUIRED(fl.mu)
+func (fl *Files) waitingLocked(path string, obj bucket.Object) bool {
+	i := fl.indexLocked(path)
 	if i < 0 {
 		return false
 	}
-	if p := a.pending[i]; sameObject(p.obj, obj) {
+	if p := fl.pending[i]; p.obj.SameVersion(&obj) {
 		return true
 	}
-	p := a.removeLocked(i)
-	a.unused.Add(1)
+	p := fl.removeLocked(i)
+	fl.unused.Add(1)
 	go p.r.Close()
 	return false
 }
 
-// waitsForReader reports whether the file at path is opened ahead in
-// obj's version and no open has taken it yet (Control.Cached). A file
-// being opened ahead is waited for, as open does: opening ahead does no
-// store I/O, and it may yet give the file up (the disk cache holds it
-// whole, or there is nothing to fetch).
-func (a *aheader) waitsForReader(path string, obj bucket.Object) bool {
-	if a.openAhead == nil {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for a.opening[path] {
-		a.opened.Wait()
-	}
-	i := a.indexLocked(path)
-	return i >= 0 && sameObject(a.pending[i].obj, obj)
-}
-
 // firstRead is called at the first read of a handle whose reader was
 // taken from the files opened ahead (p): a small file stops counting
-// against the bounds, which are for files waiting or about to be read
-// (see open; its memory is now the reader's, reclaimable like any).
-func (a *aheader) firstRead(p *aheadFile) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.unchargeLocked(p)
+// against the bound, which is for files waiting or about to be read
+// (see take; its memory is now the reader's, reclaimable like any).
+func (fl *Files) firstRead(p *aheadFile) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	fl.unchargeLocked(p)
 }
 
 // unchargeLocked ends the counting of small file p taken by an open, if
-// it is still counted. LOCKS_REQUIRED(a.mu)
-func (a *aheader) unchargeLocked(p *aheadFile) {
+// it is still counted. LOCKS_REQUIRED(fl.mu)
+func (fl *Files) unchargeLocked(p *aheadFile) {
 	if p.charged {
 		p.charged = false
-		a.smallFiles--
-		a.smallBytes -= int64(p.obj.Size)
+		fl.smallFiles--
 	}
 }
 
-// smallRoomLocked reports whether a small file of size bytes may wait for
-// its reader now. LOCKS_REQUIRED(a.mu)
-func (a *aheader) smallRoomLocked(size int64) bool {
-	return a.smallFiles < smallAheadMax && a.smallBytes+size <= a.maxBytes
+// smallRoomLocked reports whether a small file may wait for its reader
+// now. LOCKS_REQUIRED(fl.mu)
+func (fl *Files) smallRoomLocked() bool {
+	return fl.smallFiles < fl.maxSmall
 }
 
-// makeSmallRoomLocked reports whether a small file of size bytes may wait
-// for its reader now, closing stale waiting ones to make room.
-// LOCKS_REQUIRED(a.mu)
-func (a *aheader) makeSmallRoomLocked(size int64) bool {
-	for !a.smallRoomLocked(size) {
-		if !a.evictSmallLocked() {
+// makeSmallRoomLocked reports whether a small file may wait for its
+// reader now, closing stale waiting ones to make room.
+// LOCKS_REQUIRED(fl.mu)
+func (fl *Files) makeSmallRoomLocked() bool {
+	for !fl.smallRoomLocked() {
+		if !fl.evictSmallLocked() {
 			return false
 		}
 	}
@@ -327,18 +321,18 @@ func (a *aheader) makeSmallRoomLocked(size int64) bool {
 
 // evictSmallLocked closes the oldest small file waiting for a reader that
 // will not come (staleSmallLocked). It reports whether it did.
-// LOCKS_REQUIRED(a.mu)
-func (a *aheader) evictSmallLocked() bool {
-	return a.evictFirstLocked(func(p *aheadFile) bool { return p.small && a.staleSmallLocked(p) })
+// LOCKS_REQUIRED(fl.mu)
+func (fl *Files) evictSmallLocked() bool {
+	return fl.evictFirstLocked(func(p *aheadFile) bool { return p.small && fl.staleSmallLocked(p) })
 }
 
 // staleSmallLocked reports whether small file p waits for a reader that
 // will not come: the run it was opened for was forgotten (replaced by
 // newer runs of its directory), or went on smallSpan entries past it.
-// LOCKS_REQUIRED(a.mu)
-func (a *aheader) staleSmallLocked(p *aheadFile) bool {
-	dir, _ := splitPath(p.path)
-	if d, ok := a.runs[dir]; ok {
+// LOCKS_REQUIRED(fl.mu)
+func (fl *Files) staleSmallLocked(p *aheadFile) bool {
+	dir, _ := metadata.SplitPath(p.path)
+	if d, ok := fl.runs[dir]; ok {
 		for _, r := range d.runs {
 			if r.gen == p.gen {
 				return r.hi > p.idx+smallSpan

@@ -1,4 +1,4 @@
-package fs
+package metadata
 
 import (
 	"path/filepath"
@@ -26,23 +26,23 @@ func FuzzObjectNameToEntry(f *testing.F) {
 		dir := "" // the root
 		rest := name
 		for rest != "" {
-			prefix := dirPrefix(dir)
+			prefix := DirPrefix(dir)
 			require.True(t, strings.HasPrefix(name, prefix))
 			// As a listing shows it: a common prefix (a subdirectory)
 			// or the object itself.
 			comp, after, isDir := strings.Cut(strings.TrimPrefix(name, prefix), "/")
-			if !validName(comp) {
+			if !ValidName(comp) {
 				return // hidden at this level, and everything below it
 			}
 			require.NotContains(t, comp, "/")
 			require.NotContains(t, comp, "\x00")
 			require.NotEqual(t, ".", comp)
 			require.NotEqual(t, "..", comp)
-			require.LessOrEqual(t, len(comp), maxNameLen)
+			require.LessOrEqual(t, len(comp), MaxNameLen)
 
-			child := childPath(dir, comp)
-			d, n := splitPath(child)
-			require.Equal(t, dir, d, "splitPath(childPath) round trip")
+			child := ChildPath(dir, comp)
+			d, n := SplitPath(child)
+			require.Equal(t, dir, d, "SplitPath(childPath) round trip")
 			require.Equal(t, comp, n)
 			// The kernel path of the entry stays inside the mount and is
 			// already clean (no other path can alias it).

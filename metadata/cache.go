@@ -1,4 +1,4 @@
-package fs
+package metadata
 
 import (
 	"sync"
@@ -7,41 +7,79 @@ import (
 	"ferry/bucket"
 )
 
-// kind says what a name is in the bucket.
-type kind uint8
+// Kind says what a name is in the bucket.
+type Kind uint8
 
 const (
-	// kindNone: nothing by that name (a negative entry).
-	kindNone kind = iota
-	kindFile
-	kindDir
+	// None: nothing by that name (a negative entry).
+	None Kind = iota
+	File
+	Dir
 )
 
-func (k kind) String() string {
+func (k Kind) String() string {
 	switch k {
-	case kindFile:
+	case File:
 		return "file"
-	case kindDir:
+	case Dir:
 		return "dir"
 	}
 	return "none"
 }
 
-// entry is what one name resolves to. obj is meaningful for kindFile only.
-// seq orders what entries say: it is taken from metaCache.begin when the
-// request that learned it began, so of two answers the one whose request
-// began later wins, whichever was stored last (a listing that began before
-// an overwrite can land after a Stat that saw it). 0 is "unordered".
-type entry struct {
-	kind kind
-	obj  bucket.Object
-	seq  uint64
+// Entry is what one name resolves to. Obj is meaningful for File only.
+// Seq orders what entries say: it is taken when the request that learned
+// it began, so of two answers the one whose request began later wins,
+// whichever was stored last (a listing that began before an overwrite
+// can land after a Stat that saw it). 0 is "unordered".
+type Entry struct {
+	Kind Kind
+	Obj  bucket.Object
+	Seq  uint64
 }
 
-// dirEntry is one child in a directory listing.
-type dirEntry struct {
-	name string // one valid component
-	entry
+// DirEntry is one child in a directory listing.
+type DirEntry struct {
+	Name string // one valid component
+	Entry
+}
+
+// Listing is a complete listing of one directory, cached: its entries in
+// listing order (names sorted, a directory in place of a file of the
+// same name). It never changes once cached; a newer listing replaces it.
+type Listing struct {
+	entries []DirEntry     // each with the listing's seq
+	byName  map[string]int // index into entries
+	exp     expiry
+	seq     uint64 // when the listing's first page was asked for
+}
+
+// Len is the number of entries.
+func (l *Listing) Len() int { return len(l.entries) }
+
+// Entry returns entry i: its name, its object (for a file) and whether
+// it is a file.
+func (l *Listing) Entry(i int) (name string, obj bucket.Object, file bool) {
+	e := &l.entries[i]
+	return e.Name, e.Obj, e.Kind == File
+}
+
+// Index returns the position of name in the listing.
+func (l *Listing) Index(name string) (int, bool) {
+	i, ok := l.byName[name]
+	return i, ok
+}
+
+// Entries returns the entries; the slice is shared and must not be
+// modified.
+func (l *Listing) Entries() []DirEntry { return l.entries }
+
+// answer is what the listing says about name.
+func (l *Listing) answer(name string) Entry {
+	if i, ok := l.byName[name]; ok {
+		return l.entries[i].Entry
+	}
+	return Entry{Kind: None, Seq: l.seq}
 }
 
 // expiry is when a cached item stops being fresh. forever is the -1 TTL.
@@ -51,38 +89,31 @@ type expiry struct {
 }
 
 type cachedEntry struct {
-	e   entry // e.seq orders it
+	e   Entry // e.Seq orders it
 	exp expiry
 }
 
-type cachedListing struct {
-	entries []dirEntry     // each with the listing's seq
-	byName  map[string]int // index into entries
-	exp     expiry
-	seq     uint64 // when the listing's first page was asked for
-}
-
-// metaCache holds positive and negative name entries and complete directory
+// ttlCache holds positive and negative name entries and complete directory
 // listings, each with a TTL: -1 keeps them forever (read-only datasets), 0
 // disables caching, a positive TTL expires them. A fresh listing answers
 // lookups of its children, positively and negatively, so `ls` followed by
 // `stat` of every file costs one listing and no Stat.
 //
-// metaCache.mu is a leaf lock: nothing else is locked while holding it.
-type metaCache struct {
+// ttlCache.mu is a leaf lock: nothing else is locked while holding it.
+type ttlCache struct {
 	// Dependencies
 	now func() time.Time
 
 	// Constant data
-	ttl    time.Duration // MetadataTTL: positive entries and listings
-	negTTL time.Duration // NegativeTTL: negative entries
+	ttl    time.Duration // positive entries and listings
+	negTTL time.Duration // negative entries
 
 	// Mutable state
 	mu       sync.Mutex
-	entries  map[string]cachedEntry   // GUARDED_BY(mu); key: object path without trailing "/"
-	listings map[string]cachedListing // GUARDED_BY(mu); key: directory path ("" = root)
-	puts     int                      // GUARDED_BY(mu); puts since the last sweep of expired items
-	seq      uint64                   // GUARDED_BY(mu); stamps requests in the order they begin
+	entries  map[string]cachedEntry // GUARDED_BY(mu); key: object path without trailing "/"
+	listings map[string]*Listing    // GUARDED_BY(mu); key: directory path ("" = root)
+	puts     int                    // GUARDED_BY(mu); puts since the last sweep of expired items
+	seq      uint64                 // GUARDED_BY(mu); stamps requests in the order they begin
 	// floors: an invalidation of a prefix at seq drops every answer under
 	// it from a request that began before (still in flight when it ran).
 	floors   map[string]uint64 // GUARDED_BY(mu)
@@ -90,13 +121,13 @@ type metaCache struct {
 	gen      uint64            // GUARDED_BY(mu); invalidations so far
 }
 
-func newMetaCache(ttl, negTTL time.Duration, now func() time.Time) *metaCache {
-	return &metaCache{
+func newTTLCache(ttl, negTTL time.Duration, now func() time.Time) *ttlCache {
+	return &ttlCache{
 		now:      now,
 		ttl:      ttl,
 		negTTL:   negTTL,
 		entries:  make(map[string]cachedEntry),
-		listings: make(map[string]cachedListing),
+		listings: make(map[string]*Listing),
 		floors:   make(map[string]uint64),
 	}
 }
@@ -110,7 +141,7 @@ const maxFloors = 1024
 // covering it.
 //
 // LOCKS_REQUIRED(c.mu)
-func (c *metaCache) belowFloor(path string, seq uint64, listing bool) bool {
+func (c *ttlCache) belowFloor(path string, seq uint64, listing bool) bool {
 	if seq > c.floorMax {
 		return false // begun after the last invalidation: the usual case
 	}
@@ -118,11 +149,11 @@ func (c *metaCache) belowFloor(path string, seq uint64, listing bool) bool {
 		if seq > f {
 			continue
 		}
-		if under(path, p) {
+		if Under(path, p) {
 			return true
 		}
 		// A listing of path names its invalidated children as they were.
-		if parent, _ := splitPath(p); listing && p != "" && parent == path {
+		if parent, _ := SplitPath(p); listing && p != "" && parent == path {
 			return true
 		}
 	}
@@ -131,7 +162,7 @@ func (c *metaCache) belowFloor(path string, seq uint64, listing bool) bool {
 
 // generation changes with every invalidation: a request joins only
 // in-flight requests of the same generation.
-func (c *metaCache) generation() uint64 {
+func (c *ttlCache) generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
@@ -139,7 +170,7 @@ func (c *metaCache) generation() uint64 {
 
 // expiryFor returns when an item cached now with ttl expires, and false if
 // ttl disables caching.
-func (c *metaCache) expiryFor(ttl time.Duration) (expiry, bool) {
+func (c *ttlCache) expiryFor(ttl time.Duration) (expiry, bool) {
 	switch {
 	case ttl < 0:
 		return expiry{forever: true}, true
@@ -150,12 +181,12 @@ func (c *metaCache) expiryFor(ttl time.Duration) (expiry, bool) {
 }
 
 // LOCKS_REQUIRED(c.mu)
-func (c *metaCache) fresh(e expiry) bool {
+func (c *ttlCache) fresh(e expiry) bool {
 	return e.forever || c.now().Before(e.at)
 }
 
 // begin stamps a request about to be made: its answer's seq.
-func (c *metaCache) begin() uint64 {
+func (c *ttlCache) begin() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
@@ -166,13 +197,13 @@ func (c *metaCache) begin() uint64 {
 // parent's fresh listing: of the two, what the later request learned. A
 // name entry newer than the listing, even expired, means the listing can
 // no longer answer for that name.
-func (c *metaCache) lookup(path string) (entry, bool) {
+func (c *ttlCache) lookup(path string) (Entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ce, hasEntry := c.entries[path]
-	dir, name := splitPath(path)
+	dir, name := SplitPath(path)
 	l, hasListing := c.listings[dir]
-	if hasListing && (!hasEntry || l.seq > ce.e.seq) {
+	if hasListing && (!hasEntry || l.seq > ce.e.Seq) {
 		// The listing is newer: it answers while fresh, and once expired
 		// the older name entry cannot answer either.
 		return l.answer(name), c.fresh(l.exp)
@@ -185,47 +216,39 @@ func (c *metaCache) lookup(path string) (entry, bool) {
 // request begun after seq learned it: for readdirplus, never to hand out
 // what is older than what a lookup has seen; with seq 0, for answering
 // when the store cannot.
-func (c *metaCache) newest(path string, seq uint64) (entry, bool) {
+func (c *ttlCache) newest(path string, seq uint64) (Entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	best, found := entry{}, false
-	if ce, ok := c.entries[path]; ok && ce.e.seq > seq {
+	best, found := Entry{}, false
+	if ce, ok := c.entries[path]; ok && ce.e.Seq > seq {
 		best, found = ce.e, true
 	}
-	dir, name := splitPath(path)
-	if l, ok := c.listings[dir]; ok && l.seq > seq && (!found || l.seq > best.seq) {
+	dir, name := SplitPath(path)
+	if l, ok := c.listings[dir]; ok && l.seq > seq && (!found || l.seq > best.Seq) {
 		best, found = l.answer(name), true
 	}
 	return best, found
 }
 
-// answer is what the listing says about name.
-func (l *cachedListing) answer(name string) entry {
-	if i, ok := l.byName[name]; ok {
-		return l.entries[i].entry
-	}
-	return entry{kind: kindNone, seq: l.seq}
-}
-
 // put caches what path resolved to, unless the cache already holds what a
-// later request learned (e.seq 0 counts as now).
-func (c *metaCache) put(path string, e entry) {
+// later request learned (e.Seq 0 counts as now).
+func (c *ttlCache) put(path string, e Entry) {
 	ttl := c.ttl
-	if e.kind == kindNone {
+	if e.Kind == None {
 		ttl = c.negTTL
 	}
 	exp, ok := c.expiryFor(ttl)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.seq == 0 {
+	if e.Seq == 0 {
 		c.seq++
-		e.seq = c.seq
+		e.Seq = c.seq
 	}
-	if ce, ok := c.entries[path]; ok && ce.e.seq > e.seq {
+	if ce, ok := c.entries[path]; ok && ce.e.Seq > e.Seq {
 		return // a later request's answer is here already
 	}
-	dir, _ := splitPath(path)
-	if l, ok := c.listings[dir]; (ok && l.seq > e.seq) || c.belowFloor(path, e.seq, false) {
+	dir, _ := SplitPath(path)
+	if l, ok := c.listings[dir]; (ok && l.seq > e.Seq) || c.belowFloor(path, e.Seq, false) {
 		return // a later listing, or an invalidation, supersedes it
 	}
 	if !ok {
@@ -244,41 +267,27 @@ func (c *metaCache) put(path string, e entry) {
 	c.maybeSweep()
 }
 
-// listing returns a fresh complete listing of dir. The slice is shared:
-// callers must not modify it.
-func (c *metaCache) listing(dir string) ([]dirEntry, bool) {
+// listing returns a fresh complete listing of dir.
+func (c *ttlCache) listing(dir string) (*Listing, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, ok := c.listings[dir]
 	if !ok || !c.fresh(l.exp) {
 		return nil, false
 	}
-	return l.entries, true
-}
-
-// listingAt returns a fresh complete listing of dir, like listing, and
-// the index of name in it.
-func (c *metaCache) listingAt(dir, name string) ([]dirEntry, int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l, ok := c.listings[dir]
-	if !ok || !c.fresh(l.exp) {
-		return nil, 0, false
-	}
-	i, ok := l.byName[name]
-	return l.entries, i, ok
+	return l, true
 }
 
 // putListing caches a complete listing of dir whose first page was asked
 // for at seq (every entry carries it). It takes ownership of entries.
-func (c *metaCache) putListing(dir string, entries []dirEntry, seq uint64) {
+func (c *ttlCache) putListing(dir string, entries []DirEntry, seq uint64) {
 	exp, ok := c.expiryFor(c.ttl)
 	if !ok {
 		return
 	}
 	byName := make(map[string]int, len(entries))
 	for i, e := range entries {
-		byName[e.name] = i
+		byName[e.Name] = i
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -288,24 +297,61 @@ func (c *metaCache) putListing(dir string, entries []dirEntry, seq uint64) {
 	if c.belowFloor(dir, seq, true) {
 		return // invalidated while it was being read
 	}
-	c.listings[dir] = cachedListing{entries: entries, byName: byName, exp: exp, seq: seq}
+	c.listings[dir] = &Listing{entries: entries, byName: byName, exp: exp, seq: seq}
 	// Name entries of the children that are older than this listing: drop
 	// them, the listing answers for them now. Newer ones stay, and answer
 	// (see lookup).
 	for _, e := range entries {
-		p := childPath(dir, e.name)
-		if ce, ok := c.entries[p]; ok && ce.e.seq < seq {
+		p := ChildPath(dir, e.Name)
+		if ce, ok := c.entries[p]; ok && ce.e.Seq < seq {
 			delete(c.entries, p)
 		}
 	}
 	c.maybeSweep()
 }
 
+// invalidate drops every entry and listing at or under p, and the listing
+// of p's parent (which names p); p == "" drops everything. It returns how
+// many items it dropped.
+func (c *ttlCache) invalidate(p string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Answers of requests begun before now must not come back.
+	c.gen++
+	if len(c.floors) >= maxFloors {
+		clear(c.floors)
+		c.floors[""] = c.seq
+	}
+	c.floors[p] = c.seq
+	c.floorMax = c.seq
+	n := 0
+	for k := range c.entries {
+		if Under(k, p) {
+			delete(c.entries, k)
+			n++
+		}
+	}
+	for k := range c.listings {
+		if Under(k, p) {
+			delete(c.listings, k)
+			n++
+		}
+	}
+	if p != "" {
+		parent, _ := SplitPath(p)
+		if _, ok := c.listings[parent]; ok {
+			delete(c.listings, parent)
+			n++
+		}
+	}
+	return n
+}
+
 // maybeSweep drops expired items now and then so a positive TTL does not
 // grow the maps without bound.
 //
 // LOCKS_REQUIRED(c.mu)
-func (c *metaCache) maybeSweep() {
+func (c *ttlCache) maybeSweep() {
 	c.puts++
 	if c.puts < 4096 || c.puts < len(c.entries)+len(c.listings) {
 		return
@@ -317,8 +363,8 @@ func (c *metaCache) maybeSweep() {
 		}
 		// An expired entry newer than its directory's fresh listing still
 		// says that the listing cannot answer for this name.
-		dir, _ := splitPath(k)
-		if l, ok := c.listings[dir]; ok && c.fresh(l.exp) && l.seq < v.e.seq {
+		dir, _ := SplitPath(k)
+		if l, ok := c.listings[dir]; ok && c.fresh(l.exp) && l.seq < v.e.Seq {
 			continue
 		}
 		delete(c.entries, k)
