@@ -188,13 +188,23 @@ func startCaller(t *testing.T, cmd *exec.Cmd, ownTid bool, release func()) *call
 	return c
 }
 
-// TestInterruptCancelsOnlyQuittingCallers: a signal that reaches a
-// caller waiting for the store cancels its op only if the caller is
-// quitting. A signal it handles (Go's SIGURG, a timer) lets the open
-// finish and succeed, as on a local disk; a caller killed, also after
-// such a signal, or asked to stop, is answered at once, while the store
-// still has not.
-func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
+// interruptCase is one caller of TestInterruptCancelsOnlyQuittingCallers.
+type interruptCase struct {
+	name string
+	// caller opens path; ownTid: with its first thread.
+	caller func(path string) *exec.Cmd
+	ownTid bool
+	// signal signals the caller, waiting for the open.
+	signal func(t *testing.T, c *caller, fsys *fileSystem)
+	// killedBy: the signal that ends the caller, or 0 and the open's
+	// outcome.
+	killedBy syscall.Signal
+	open     string
+}
+
+// interruptCases are the callers: Go children (this test binary, with
+// interruptHelperEnv) and cat, signalled in turn.
+func interruptCases(t *testing.T) []interruptCase {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	goCaller := func(path string) *exec.Cmd {
@@ -211,24 +221,16 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 	tgkill := func(t *testing.T, c *caller, sig syscall.Signal) {
 		require.NoError(t, unix.Tgkill(c.cmd.Process.Pid, c.tid, sig))
 	}
-	for _, tc := range []struct {
-		name string
-		// caller opens path; ownTid: with its first thread.
-		caller func(path string) *exec.Cmd
-		ownTid bool
-		// signal signals the caller, waiting for the open.
-		signal func(t *testing.T, c *caller, fsys *fileSystem)
-		// killedBy: the signal that ends the caller, or 0 and the
-		// open's outcome.
-		killedBy syscall.Signal
-		open     string
-	}{
+	interrupted := func(t *testing.T, fsys *fileSystem) {
+		require.Eventually(t, func() bool { return fsys.intr.count.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
+	}
+	return []interruptCase{
 		{
 			name:   "handled signal",
 			caller: goCaller,
 			signal: func(t *testing.T, c *caller, fsys *fileSystem) {
 				tgkill(t, c, syscall.SIGUSR1)
-				require.Eventually(t, func() bool { return fsys.intr.count.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
+				interrupted(t, fsys)
 			},
 			open: "open <nil>",
 		},
@@ -237,7 +239,7 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			caller: goCaller,
 			signal: func(t *testing.T, c *caller, fsys *fileSystem) {
 				tgkill(t, c, syscall.SIGUSR1)
-				require.Eventually(t, func() bool { return fsys.intr.count.Load() == 1 }, time.Minute, time.Millisecond, "no interrupt came")
+				interrupted(t, fsys)
 				// Killed after ferry found it alive: the kernel sends no
 				// second interrupt for the kill.
 				require.Eventually(t, func() bool { return fsys.intr.looks.Load() >= 1 }, time.Minute, time.Millisecond, "ferry never looked at the caller")
@@ -269,7 +271,17 @@ func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
 			},
 			killedBy: syscall.SIGQUIT,
 		},
-	} {
+	}
+}
+
+// TestInterruptCancelsOnlyQuittingCallers: a signal that reaches a
+// caller waiting for the store cancels its op only if the caller is
+// quitting. A signal it handles (Go's SIGURG, a timer) lets the open
+// finish and succeed, as on a local disk; a caller killed, also after
+// such a signal, or asked to stop, is answered at once, while the store
+// still has not.
+func TestInterruptCancelsOnlyQuittingCallers(t *testing.T) {
+	for _, tc := range interruptCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBucket()
 			b.put("f", []byte("x"))

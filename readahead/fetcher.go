@@ -98,6 +98,16 @@ type objKey struct {
 	unpinned      uint64
 }
 
+// blockRun is the blocks [first, limit) of one object: what one part
+// fetches.
+type blockRun struct{ first, limit int64 }
+
+// bytes is the run's length in bytes, in an object of size bytes cut into
+// blocks of bs.
+func (r blockRun) bytes(bs int64, size uint64) int64 {
+	return min(r.limit*bs, int64(size)) - r.first*bs
+}
+
 type blockKey struct {
 	obj objKey
 	idx int64
@@ -374,9 +384,10 @@ func (f *Fetcher) Close() {
 	}
 }
 
-// newPart builds a part for blocks [first, limit) of h's object.
+// newPart builds a part for blocks r of h's object.
 // LOCKS_REQUIRED(f.mu)
-func (f *Fetcher) newPart(h *Handle, first, limit int64, spec, keep bool) *part {
+func (f *Fetcher) newPart(h *Handle, r blockRun, spec, keep bool) *part {
+	first, limit := r.first, r.limit
 	p := &part{
 		key:   h.key,
 		obj:   &h.obj,

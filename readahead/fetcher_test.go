@@ -117,8 +117,8 @@ func TestByteExact(t *testing.T) {
 				obj := b.put(fmt.Sprintf("obj-%d", size), size)
 				h := f.open(obj)
 				// Edges, then random ranges (some past EOF), then a sequential pass.
-				for _, rr := range [][2]int64{{0, 1}, {0, size + 10}, {size, 5}, {size + 1, 5}, {max(0, size-1), 2}} {
-					readCheck(t, b, h, rr[0], rr[1])
+				for _, rr := range []struct{ off, n int64 }{{0, 1}, {0, size + 10}, {size, 5}, {size + 1, 5}, {max(0, size-1), 2}} {
+					readCheck(t, b, h, rr.off, rr.n)
 				}
 				for range 30 {
 					off := r.Int64N(size + 1)
