@@ -34,6 +34,7 @@ import (
 	"ferry/filecache"
 	"ferry/flags"
 	"ferry/fs"
+	"ferry/mountinfo"
 
 	"golang.org/x/sys/unix"
 )
@@ -400,8 +401,8 @@ func (c *controlServer) handle(conn net.Conn) {
 
 // mounted records the device of the mount this socket serves.
 func (c *controlServer) mounted(mountPoint string) {
-	if dev := mountDev(mountPoint); dev != "" {
-		c.dev.Store(dev)
+	if m, _ := mountinfo.Top(mountPoint); m.Dev != "" {
+		c.dev.Store(m.Dev)
 	}
 }
 

@@ -4,10 +4,13 @@
 //	ferry [flags] gs://bucket[/prefix] /mnt/data
 //	mount -t ferry gs://bucket /mnt/data -o cache_dir=/ssd/ferry   # via /sbin/mount.ferry
 //
-// main only parses the command line (package flags), daemonizes, wires
-// bucket -> filecache -> readahead -> fs and waits for a signal. It must
+// main builds the command line (urfave/cli, with the options of package
+// flags) and hands over: the mount's lifecycle to package daemon, the
+// file system it mounts to mountStack (build.go), which wires
+// bucket -> filecache -> readahead -> fs in one function, and the
+// commands that operate a running mount to the control socket. It must
 // never leave a mount behind when it fails, and never hang the caller of
-// `mount`.
+// `mount`: package daemon sees to both.
 package main
 
 import (
@@ -15,29 +18,25 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"ferry/bucket"
+	"ferry/daemon"
 	"ferry/flags"
 )
 
-// Exit codes follow mount(8)'s helper convention so that `mount -t ferry`
-// reports them sensibly.
+// Exit statuses are mount(8)'s helper convention (package daemon).
 const (
-	exitOK         = 0
-	exitUsage      = 1  // bad flags, URL or mount point
-	exitMountError = 32 // the store, the cache or the mount itself failed
+	exitOK         = daemon.ExitOK
+	exitUsage      = daemon.ExitUsage
+	exitMountError = daemon.ExitMountError
 )
 
 // usageError marks errors caused by the command line.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+type usageError = daemon.UsageError
 
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
@@ -48,17 +47,17 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	prog := "ferry"
 	inv := invocation{stdout: stdout, stderr: stderr}
 	args := argv[1:]
-	if isMountHelper(argv[0]) {
+	if daemon.IsMountHelper(argv[0]) {
 		prog = "mount.ferry"
-		h, err := parseHelperArgs(args)
+		h, err := daemon.ParseHelperArgs(args)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 			return exitUsage
 		}
-		for _, u := range h.unknown {
+		for _, u := range h.Unknown {
 			fmt.Fprintf(stderr, "%s: ignoring unknown option %q (-s)\n", prog, u)
 		}
-		args, inv.fake = h.args, h.fake
+		args, inv.fake = h.Args, h.Fake
 	} else {
 		var err error
 		if args, err = permuteArgs(args); err != nil {
@@ -76,31 +75,29 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	return exitCode(err)
 }
 
+// oneLine joins a message's lines (and runs of spaces) into one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
 // exitCode classifies an error: the command line's fault, or the mount's.
 func exitCode(err error) int {
 	var (
 		ue usageError
-		ce *childError
+		ce *daemon.ChildError
 		oe *operationError
 	)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ce):
-		return ce.code
+		return ce.Code
 	case errors.As(err, &oe):
 		return 1 // some files failed (warm, invalidate)
 	case errors.As(err, &ue), errors.Is(err, flags.ErrInvalid), errors.Is(err, bucket.ErrInvalid):
 		return exitUsage
 	}
 	return exitMountError
-}
-
-// isMountHelper reports whether we were started as mount(8)'s helper
-// (/sbin/mount.ferry, or mount.ferry.<subtype>).
-func isMountHelper(argv0 string) bool {
-	base := filepath.Base(argv0)
-	return base == "mount.ferry" || strings.HasPrefix(base, "mount.ferry.")
 }
 
 // invocation is what one run of the command needs besides its flags.
@@ -138,9 +135,16 @@ func newApp(inv *invocation) *cli.App {
 			}
 			cfg, err := flags.FromContext(c)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
-			return mountCommand(c.Context, inv, cfg)
+			return daemon.Run(c.Context, daemon.Command{
+				Config:   cfg,
+				Args:     inv.args,
+				Fake:     inv.fake,
+				Stderr:   inv.stderr,
+				Mount:    mountStack,
+				ExitCode: exitCode,
+			})
 		},
 	}
 }
@@ -170,7 +174,31 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 		}
 		msg = fmt.Sprintf("unknown flag -%s (%s lists them)", name, help)
 	}
-	return usageError{errors.New(goFlagName.ReplaceAllString(msg, "$1--$2"))}
+	return usageError{Err: errors.New(goFlagName.ReplaceAllString(msg, "$1--$2"))}
+}
+
+func installHelperCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "install-helper",
+		Usage: "install the mount(8) helper so that `mount -t ferry` and /etc/fstab work",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dest", Value: "/sbin/mount.ferry", Usage: "where to create the helper symlink"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return usageError{Err: fmt.Errorf("install-helper takes no arguments (use --dest)")}
+			}
+			self, err := daemon.HelperTarget(os.Args[0])
+			if err != nil {
+				return err
+			}
+			if err := daemon.InstallHelper(self, c.String("dest")); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "%s -> %s\n", c.String("dest"), self)
+			return nil
+		},
+	}
 }
 
 func docsCommand(inv *invocation) *cli.Command {
@@ -180,7 +208,7 @@ func docsCommand(inv *invocation) *cli.Command {
 		ArgsUsage: "flags",
 		Action: func(c *cli.Context) error {
 			if c.Args().First() != "flags" || c.NArg() != 1 {
-				return usageError{fmt.Errorf("usage: ferry docs flags")}
+				return usageError{Err: fmt.Errorf("usage: ferry docs flags")}
 			}
 			_, err := io.WriteString(inv.stdout, flags.Markdown())
 			return err
@@ -212,7 +240,7 @@ func permuteArgs(args []string) ([]string, error) {
 			}
 			if o, ok := flags.Lookup(name); ok && o.Kind != flags.Bool {
 				if i+1 == len(args) || args[i+1] == "--" {
-					return nil, usageError{fmt.Errorf("%s needs a value", a)}
+					return nil, usageError{Err: fmt.Errorf("%s needs a value", a)}
 				}
 				opts = append(opts, args[i+1])
 				i++

@@ -30,6 +30,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
+
+	"ferry/mountinfo"
 )
 
 // operationError is a command that ran but did not fully succeed (some
@@ -60,15 +62,15 @@ func warmCommand(inv *invocation) *cli.Command {
 			if l := c.String("list"); l != "" {
 				more, err := readPathList(l, os.Stdin)
 				if err != nil {
-					return usageError{fmt.Errorf("--list: %w", err)}
+					return usageError{Err: fmt.Errorf("--list: %w", err)}
 				}
 				paths = append(paths, more...)
 			}
 			if len(paths) == 0 {
-				return usageError{errors.New("warm: no PATH given (ferry warm [--check] PATH... or --list FILE)")}
+				return usageError{Err: errors.New("warm: no PATH given (ferry warm [--check] PATH... or --list FILE)")}
 			}
 			if c.Int("parallel") < 1 {
-				return usageError{errors.New("--parallel must be at least 1")}
+				return usageError{Err: errors.New("--parallel must be at least 1")}
 			}
 			var bar bool
 			switch c.String("progress") {
@@ -78,7 +80,7 @@ func warmCommand(inv *invocation) *cli.Command {
 				bar = true
 			case "never":
 			default:
-				return usageError{fmt.Errorf("--progress %q: use auto, always or never", c.String("progress"))}
+				return usageError{Err: fmt.Errorf("--progress %q: use auto, always or never", c.String("progress"))}
 			}
 			if c.Bool("check") {
 				return runCheck(c.Context, inv, paths, c.Bool("json"))
@@ -99,7 +101,7 @@ func invalidateCommand(inv *invocation) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
-				return usageError{errors.New("invalidate: no PATH given (ferry invalidate [--data] PATH...)")}
+				return usageError{Err: errors.New("invalidate: no PATH given (ferry invalidate [--data] PATH...)")}
 			}
 			failed := 0
 			for _, p := range c.Args().Slice() {
@@ -181,19 +183,11 @@ func ferryMount(p string) (mountPoint, objPath string, err error) {
 	// The deepest mount containing full decides (the last one listed on
 	// the same point is on top): a ferry mount with another file system
 	// mounted inside it does not own that subtree.
-	best, bestType := "", ""
-	for _, m := range readMounts() {
-		if !(full == m.point || m.point == "/" || strings.HasPrefix(full, m.point+"/")) {
-			continue
-		}
-		if len(m.point) >= len(best) {
-			best, bestType = m.point, m.fstype
-		}
-	}
-	if bestType != "fuse.ferry" {
+	m, ok := mountinfo.Read().Holding(full)
+	if !ok || m.FSType != mountinfo.FerryType {
 		return "", "", errNotFerry
 	}
-	return best, "/" + strings.TrimPrefix(strings.TrimPrefix(full, best), "/"), nil
+	return m.Point, "/" + strings.TrimPrefix(strings.TrimPrefix(full, m.Point), "/"), nil
 }
 
 // controlSocketOf finds the control socket of the ferry mounted on
@@ -207,7 +201,7 @@ func controlSocketOf(mountPoint string) (string, error) {
 	if rt := userRuntimeDir(); rt != "" {
 		candidates = append(candidates, filepath.Join(rt, "ferry", filepath.Base(def)))
 	}
-	m, _ := topMount(mountPoint)
+	m, _ := mountinfo.Top(mountPoint)
 	var denied error
 	for _, c := range candidates {
 		_, err := os.Stat(c)
@@ -219,16 +213,16 @@ func controlSocketOf(mountPoint string) (string, error) {
 		}
 	}
 	hint := "see the daemon's log"
-	if me := os.Getuid(); m.owner > 0 {
-		if me != m.owner && me != 0 {
-			return "", fmt.Errorf("the control socket of the ferry mount on %s is only for uid %d, who mounted it, and root", mountPoint, m.owner)
+	if me := os.Getuid(); m.Owner > 0 {
+		if me != m.Owner && me != 0 {
+			return "", fmt.Errorf("the control socket of the ferry mount on %s is only for uid %d, who mounted it, and root", mountPoint, m.Owner)
 		}
 		if me == 0 {
-			hint = fmt.Sprintf("a socket in uid %d's XDG_RUNTIME_DIR is found only by that user; or see the daemon's log", m.owner)
+			hint = fmt.Sprintf("a socket in uid %d's XDG_RUNTIME_DIR is found only by that user; or see the daemon's log", m.Owner)
 		}
 		// A user's daemon, which cannot use root's /run/ferry (denied
 		// there means nothing): its abstract socket, if it has one.
-		abstract := abstractControlSocket(m.owner, mountPoint)
+		abstract := abstractControlSocket(m.Owner, mountPoint)
 		if listening(abstract) {
 			return abstract, nil
 		}
@@ -733,7 +727,7 @@ func locate(p string) (socket, objPath, dev string, err error) {
 	if err != nil {
 		return "", "", "", err
 	}
-	if dev, err = devOf(mp); err != nil {
+	if dev, err = mountinfo.DeviceOf(mp); err != nil {
 		return "", "", "", err
 	}
 	socket, err = controlSocketOf(mp)

@@ -24,6 +24,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"ferry/bucket/emulator"
+	"ferry/daemon"
 	"ferry/flags"
 	"ferry/fs"
 )
@@ -61,7 +62,7 @@ func TestMetricsNamesLint(t *testing.T) {
 	ready := make(chan struct{})
 	served := make(chan error, 1)
 	go func() {
-		served <- serve(cfg, slog.New(slog.DiscardHandler), func() { close(ready) })
+		served <- daemon.Serve(cfg, slog.New(slog.DiscardHandler), mountStack, func() { close(ready) })
 	}()
 	select {
 	case <-ready:
