@@ -16,6 +16,7 @@ import (
 	"ferry/bucket"
 	"ferry/bucket/connect"
 	"ferry/bucket/retry"
+	"ferry/control"
 	"ferry/daemon"
 	"ferry/filecache"
 	"ferry/flags"
@@ -54,21 +55,18 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 	if err != nil {
 		return nil, err
 	}
-	var cache readahead.BlockCache // a nil interface without a disk cache
+	// The disk cache as readahead and the control socket use it: nil
+	// interfaces (not a nil *Store) without one.
+	var cache readahead.BlockCache
+	var dropper control.Cache
 	if store != nil {
 		s.Cleanup(func() { store.Close() })
-		cache = store
+		cache, dropper = store, store
 	}
 
-	fetcher, err := readahead.New(readahead.Config{
-		Bucket:         b,
-		Cache:          cache,
-		MemoryLimit:    cfg.MemoryLimit,
-		MaxConnections: cfg.MaxConnections,
-		Logger:         log,
-		Registerer:     reg,
-		OffHeap:        offHeap,
-	})
+	fetcher, err := readahead.New(readahead.Config{Bucket: b, Cache: cache,
+		MemoryLimit: cfg.MemoryLimit, MaxConnections: cfg.MaxConnections, OffHeap: offHeap,
+		Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +77,9 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 
 	// The control socket listens before mounting, so that clients can
 	// reach it as soon as the mount is visible.
-	ctl, err := startControl(cfg, log, store)
+	fsControl := fs.NewControl() // bound to the file system by fs.Mount
+	ctl, err := control.Listen(control.Config{MountPoint: cfg.MountPoint, Socket: cfg.ControlSocket,
+		FS: fsControl, Cache: dropper, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +125,12 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 		Backing:     backing,
 		Unready:     unready,
 		Splice:      store != nil && cfg.CachePassthrough,
-		Control:     ctl.fs,
+		Control:     fsControl,
 	}, mountOptions(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", cfg.MountPoint, err)
 	}
-	ctl.mounted(cfg.MountPoint)
+	ctl.Mounted(cfg.MountPoint)
 	return mfs, nil
 }
 

@@ -5,15 +5,16 @@
 //	mount -t ferry gs://bucket /mnt/data -o cache_dir=/ssd/ferry   # via /sbin/mount.ferry
 //
 // main builds the command line (urfave/cli, with the options of package
-// flags) and hands over: the mount's lifecycle to package daemon, the
-// file system it mounts to mountStack (build.go), which wires
-// bucket -> filecache -> readahead -> fs in one function, and the
-// commands that operate a running mount to the control socket. It must
-// never leave a mount behind when it fails, and never hang the caller of
-// `mount`: package daemon sees to both.
+// flags) and hands over to packages: daemon runs the mount's lifecycle,
+// mountStack (build.go) builds what it mounts, bucket -> filecache ->
+// readahead -> fs, in one function, and control runs the commands that
+// operate a running mount (warm, invalidate). It must never leave a mount
+// behind when it fails, and never hang the caller of `mount`: package
+// daemon sees to both.
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +23,10 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
+	"ferry/control"
 	"ferry/daemon"
 	"ferry/flags"
 )
@@ -85,7 +88,7 @@ func exitCode(err error) int {
 	var (
 		ue usageError
 		ce *daemon.ChildError
-		oe *operationError
+		oe *control.OperationError
 	)
 	switch {
 	case err == nil:
@@ -214,6 +217,113 @@ func docsCommand(inv *invocation) *cli.Command {
 			return err
 		},
 	}
+}
+
+func warmCommand(inv *invocation) *cli.Command {
+	return &cli.Command{
+		Name:      "warm",
+		Usage:     "read files or whole trees of a ferry mount into its disk cache (or, with --check, report how much is cached)",
+		ArgsUsage: "PATH...",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "parallel", Aliases: []string{"p"}, Value: 8, Usage: "files read at once"},
+			&cli.StringFlag{Name: "list", Usage: "also warm the paths in this file, one per line (- for stdin)"},
+			&cli.BoolFlag{Name: "check", Usage: "fetch nothing: report how much of each PATH is in the disk cache"},
+			&cli.StringFlag{Name: "progress", Value: "auto", Usage: "progress bar on stderr: auto (if a terminal), always or never"},
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			paths := append([]string(nil), c.Args().Slice()...)
+			if l := c.String("list"); l != "" {
+				more, err := readPathList(l, os.Stdin)
+				if err != nil {
+					return usageError{Err: fmt.Errorf("--list: %w", err)}
+				}
+				paths = append(paths, more...)
+			}
+			if len(paths) == 0 {
+				return usageError{Err: errors.New("warm: no PATH given (ferry warm [--check] PATH... or --list FILE)")}
+			}
+			if c.Int("parallel") < 1 {
+				return usageError{Err: errors.New("--parallel must be at least 1")}
+			}
+			var bar bool
+			switch c.String("progress") {
+			case "auto":
+				bar = isTerminal(inv.stderr)
+			case "always":
+				bar = true
+			case "never":
+			default:
+				return usageError{Err: fmt.Errorf("--progress %q: use auto, always or never", c.String("progress"))}
+			}
+			req := control.WarmRequest{
+				Paths:    paths,
+				Parallel: c.Int("parallel"),
+				Progress: bar,
+				JSON:     c.Bool("json"),
+				Stdout:   inv.stdout,
+				Stderr:   inv.stderr,
+			}
+			if c.Bool("check") {
+				return control.Check(c.Context, req)
+			}
+			return control.Warm(c.Context, req)
+		},
+	}
+}
+
+func invalidateCommand(inv *invocation) *cli.Command {
+	return &cli.Command{
+		Name:      "invalidate",
+		Usage:     "drop a ferry mount's cached metadata of PATH (a file, a directory and all below it, or the mount point for everything)",
+		ArgsUsage: "PATH...",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "data", Usage: "also drop the disk cache of the files at or under PATH"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return usageError{Err: errors.New("invalidate: no PATH given (ferry invalidate [--data] PATH...)")}
+			}
+			return control.Invalidate(c.Context, control.InvalidateRequest{
+				Paths:  c.Args().Slice(),
+				Data:   c.Bool("data"),
+				Stdout: inv.stdout,
+				Stderr: inv.stderr,
+			})
+		},
+	}
+}
+
+// readPathList reads one path per line from name ("-": stdin), skipping
+// blank lines.
+func readPathList(name string, stdin io.Reader) ([]string, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	var paths []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if line := strings.TrimRight(sc.Text(), "\r"); strings.TrimSpace(line) != "" {
+			paths = append(paths, line)
+		}
+	}
+	return paths, sc.Err()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // permuteArgs moves flags given after the positional arguments in front of

@@ -2,66 +2,22 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"ferry/bucket"
+	"ferry/control"
 	"ferry/daemon"
 	"ferry/flags"
 	"ferry/mountinfo"
 )
-
-// askControlEnv makes the test binary ask the control socket it names
-// and print the answer, or with floodControlEnv hold that many
-// connections to it open, unused, until killed (see
-// TestAbstractControlSocket).
-const (
-	askControlEnv   = "FERRY_TEST_ASK_CONTROL"
-	floodControlEnv = "FERRY_TEST_FLOOD_CONTROL"
-)
-
-func TestMain(m *testing.M) {
-	if socket := os.Getenv(askControlEnv); socket != "" {
-		os.Exit(askControlChild(socket))
-	}
-	os.Exit(m.Run())
-}
-
-// askControlChild is the test binary run with askControlEnv: it asks the
-// socket and prints the answer, or (floodControlEnv) holds connections.
-func askControlChild(socket string) int {
-	if n, _ := strconv.Atoi(os.Getenv(floodControlEnv)); n > 0 {
-		var conns []net.Conn // kept reachable: a lost conn is closed
-		for i := range n {
-			conn, err := net.Dial("unix", socket)
-			if err != nil {
-				fmt.Printf("connection %d: %v\n", i, err)
-				return 1
-			}
-			conns = append(conns, conn)
-		}
-		fmt.Printf("holding %d connections\n", len(conns))
-		time.Sleep(time.Hour)
-		runtime.KeepAlive(conns)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := callControl(ctx, socket, &controlRequest{Op: "launch"})
-	fmt.Printf("uid %d asked: %v\n", os.Getuid(), err)
-	return 0
-}
 
 func TestPermuteArgs(t *testing.T) {
 	for _, tc := range []struct{ in, want []string }{
@@ -173,8 +129,19 @@ func TestExitCode(t *testing.T) {
 	assert.Equal(t, exitUsage, exitCode(usageError{Err: errors.New("x")}))
 	assert.Equal(t, exitUsage, exitCode(&flags.OptionError{Option: "uid", Err: errors.New("x")}))
 	assert.Equal(t, exitMountError, exitCode(errors.New("store down")))
-	assert.Equal(t, 1, exitCode(fmt.Errorf("warm: %w", &operationError{"2 errors"})))
+	assert.Equal(t, 1, exitCode(fmt.Errorf("warm: %w", &control.OperationError{Msg: "2 errors"})))
 	assert.Equal(t, exitUsage, exitCode(fmt.Errorf("mounting: %w", bucket.ErrInvalid)))
 	// The background child's own status, as it reported it.
 	assert.Equal(t, 7, exitCode(&daemon.ChildError{Code: 7, Msg: "x"}))
+}
+
+func TestReadPathList(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "list")
+	require.NoError(t, os.WriteFile(f, []byte("/mnt/a\n\n/mnt/b c\r\n  \n"), 0o600))
+	got, err := readPathList(f, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/mnt/a", "/mnt/b c"}, got)
+	got, err = readPathList("-", strings.NewReader("x\ny\n"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"x", "y"}, got)
 }
