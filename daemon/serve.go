@@ -103,7 +103,7 @@ func watchSetup(sigs <-chan os.Signal) *setupWatch {
 // end stops the watcher, so that it never takes a signal meant for the
 // serving loop, and reports whether a signal interrupted setup. ctx is
 // not cancelled otherwise: what setup built may go on using it (a store
-// refreshing its credentials) until stop.
+// client made with it) until stop.
 func (w *setupWatch) end() (interrupted bool) {
 	w.once.Do(func() { close(w.done) })
 	<-w.stopped
