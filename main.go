@@ -4,40 +4,42 @@
 //	ferry [flags] gs://bucket[/prefix] /mnt/data
 //	mount -t ferry gs://bucket /mnt/data -o cache_dir=/ssd/ferry   # via /sbin/mount.ferry
 //
-// main only parses the command line (package flags), daemonizes, wires
-// bucket -> filecache -> readahead -> fs and waits for a signal. It must
-// never leave a mount behind when it fails, and never hang the caller of
-// `mount`.
+// main builds the command line (urfave/cli, with the options of package
+// flags) and hands over to packages: daemon runs the mount's lifecycle,
+// mountStack (build.go) builds what it mounts, bucket -> filecache ->
+// readahead -> fs, in one function, and control runs the commands that
+// operate a running mount (warm, invalidate). It must never leave a mount
+// behind when it fails, and never hang the caller of `mount`: package
+// daemon sees to both.
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
+	"ferry/control"
+	"ferry/daemon"
 	"ferry/flags"
 )
 
-// Exit codes follow mount(8)'s helper convention so that `mount -t ferry`
-// reports them sensibly.
+// Exit statuses are mount(8)'s helper convention (package daemon).
 const (
-	exitOK         = 0
-	exitUsage      = 1  // bad flags, URL or mount point
-	exitMountError = 32 // the store, the cache or the mount itself failed
+	exitOK         = daemon.ExitOK
+	exitUsage      = daemon.ExitUsage
+	exitMountError = daemon.ExitMountError
 )
 
 // usageError marks errors caused by the command line.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+type usageError = daemon.UsageError
 
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
@@ -48,17 +50,17 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	prog := "ferry"
 	inv := invocation{stdout: stdout, stderr: stderr}
 	args := argv[1:]
-	if isMountHelper(argv[0]) {
+	if daemon.IsMountHelper(argv[0]) {
 		prog = "mount.ferry"
-		h, err := parseHelperArgs(args)
+		h, err := daemon.ParseHelperArgs(args)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 			return exitUsage
 		}
-		for _, u := range h.unknown {
+		for _, u := range h.Unknown {
 			fmt.Fprintf(stderr, "%s: ignoring unknown option %q (-s)\n", prog, u)
 		}
-		args, inv.fake = h.args, h.fake
+		args, inv.fake = h.Args, h.Fake
 	} else {
 		var err error
 		if args, err = permuteArgs(args); err != nil {
@@ -76,31 +78,29 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	return exitCode(err)
 }
 
+// oneLine joins a message's lines (and runs of spaces) into one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
 // exitCode classifies an error: the command line's fault, or the mount's.
 func exitCode(err error) int {
 	var (
 		ue usageError
-		ce *childError
-		oe *operationError
+		ce *daemon.ChildError
+		oe *control.OperationError
 	)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ce):
-		return ce.code
+		return ce.Code
 	case errors.As(err, &oe):
 		return 1 // some files failed (warm, invalidate)
 	case errors.As(err, &ue), errors.Is(err, flags.ErrInvalid), errors.Is(err, bucket.ErrInvalid):
 		return exitUsage
 	}
 	return exitMountError
-}
-
-// isMountHelper reports whether we were started as mount(8)'s helper
-// (/sbin/mount.ferry, or mount.ferry.<subtype>).
-func isMountHelper(argv0 string) bool {
-	base := filepath.Base(argv0)
-	return base == "mount.ferry" || strings.HasPrefix(base, "mount.ferry.")
 }
 
 // invocation is what one run of the command needs besides its flags.
@@ -138,9 +138,16 @@ func newApp(inv *invocation) *cli.App {
 			}
 			cfg, err := flags.FromContext(c)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
-			return mountCommand(c.Context, inv, cfg)
+			return daemon.Run(c.Context, daemon.Command{
+				Config:   cfg,
+				Args:     inv.args,
+				Fake:     inv.fake,
+				Stderr:   inv.stderr,
+				Mount:    mountStack,
+				ExitCode: exitCode,
+			})
 		},
 	}
 }
@@ -170,7 +177,31 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 		}
 		msg = fmt.Sprintf("unknown flag -%s (%s lists them)", name, help)
 	}
-	return usageError{errors.New(goFlagName.ReplaceAllString(msg, "$1--$2"))}
+	return usageError{Err: errors.New(goFlagName.ReplaceAllString(msg, "$1--$2"))}
+}
+
+func installHelperCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "install-helper",
+		Usage: "install the mount(8) helper so that `mount -t ferry` and /etc/fstab work",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dest", Value: "/sbin/mount.ferry", Usage: "where to create the helper symlink"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return usageError{Err: fmt.Errorf("install-helper takes no arguments (use --dest)")}
+			}
+			self, err := daemon.HelperTarget(os.Args[0])
+			if err != nil {
+				return err
+			}
+			if err := daemon.InstallHelper(self, c.String("dest")); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "%s -> %s\n", c.String("dest"), self)
+			return nil
+		},
+	}
 }
 
 func docsCommand(inv *invocation) *cli.Command {
@@ -180,12 +211,119 @@ func docsCommand(inv *invocation) *cli.Command {
 		ArgsUsage: "flags",
 		Action: func(c *cli.Context) error {
 			if c.Args().First() != "flags" || c.NArg() != 1 {
-				return usageError{fmt.Errorf("usage: ferry docs flags")}
+				return usageError{Err: fmt.Errorf("usage: ferry docs flags")}
 			}
 			_, err := io.WriteString(inv.stdout, flags.Markdown())
 			return err
 		},
 	}
+}
+
+func warmCommand(inv *invocation) *cli.Command {
+	return &cli.Command{
+		Name:      "warm",
+		Usage:     "read files or whole trees of a ferry mount into its disk cache (or, with --check, report how much is cached)",
+		ArgsUsage: "PATH...",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "parallel", Aliases: []string{"p"}, Value: 8, Usage: "files read at once"},
+			&cli.StringFlag{Name: "list", Usage: "also warm the paths in this file, one per line (- for stdin)"},
+			&cli.BoolFlag{Name: "check", Usage: "fetch nothing: report how much of each PATH is in the disk cache"},
+			&cli.StringFlag{Name: "progress", Value: "auto", Usage: "progress bar on stderr: auto (if a terminal), always or never"},
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			paths := append([]string(nil), c.Args().Slice()...)
+			if l := c.String("list"); l != "" {
+				more, err := readPathList(l, os.Stdin)
+				if err != nil {
+					return usageError{Err: fmt.Errorf("--list: %w", err)}
+				}
+				paths = append(paths, more...)
+			}
+			if len(paths) == 0 {
+				return usageError{Err: errors.New("warm: no PATH given (ferry warm [--check] PATH... or --list FILE)")}
+			}
+			if c.Int("parallel") < 1 {
+				return usageError{Err: errors.New("--parallel must be at least 1")}
+			}
+			var bar bool
+			switch c.String("progress") {
+			case "auto":
+				bar = isTerminal(inv.stderr)
+			case "always":
+				bar = true
+			case "never":
+			default:
+				return usageError{Err: fmt.Errorf("--progress %q: use auto, always or never", c.String("progress"))}
+			}
+			req := control.WarmRequest{
+				Paths:    paths,
+				Parallel: c.Int("parallel"),
+				Progress: bar,
+				JSON:     c.Bool("json"),
+				Stdout:   inv.stdout,
+				Stderr:   inv.stderr,
+			}
+			if c.Bool("check") {
+				return control.Check(c.Context, req)
+			}
+			return control.Warm(c.Context, req)
+		},
+	}
+}
+
+func invalidateCommand(inv *invocation) *cli.Command {
+	return &cli.Command{
+		Name:      "invalidate",
+		Usage:     "drop a ferry mount's cached metadata of PATH (a file, a directory and all below it, or the mount point for everything)",
+		ArgsUsage: "PATH...",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "data", Usage: "also drop the disk cache of the files at or under PATH"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return usageError{Err: errors.New("invalidate: no PATH given (ferry invalidate [--data] PATH...)")}
+			}
+			return control.Invalidate(c.Context, control.InvalidateRequest{
+				Paths:  c.Args().Slice(),
+				Data:   c.Bool("data"),
+				Stdout: inv.stdout,
+				Stderr: inv.stderr,
+			})
+		},
+	}
+}
+
+// readPathList reads one path per line from name ("-": stdin), skipping
+// blank lines.
+func readPathList(name string, stdin io.Reader) ([]string, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	var paths []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if line := strings.TrimRight(sc.Text(), "\r"); strings.TrimSpace(line) != "" {
+			paths = append(paths, line)
+		}
+	}
+	return paths, sc.Err()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // permuteArgs moves flags given after the positional arguments in front of
@@ -212,7 +350,7 @@ func permuteArgs(args []string) ([]string, error) {
 			}
 			if o, ok := flags.Lookup(name); ok && o.Kind != flags.Bool {
 				if i+1 == len(args) || args[i+1] == "--" {
-					return nil, usageError{fmt.Errorf("%s needs a value", a)}
+					return nil, usageError{Err: fmt.Errorf("%s needs a value", a)}
 				}
 				opts = append(opts, args[i+1])
 				i++

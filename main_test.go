@@ -2,182 +2,22 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"ferry/bucket"
+	"ferry/control"
+	"ferry/daemon"
 	"ferry/flags"
+	"ferry/mountinfo"
 )
-
-// fakeChildEnv makes the test binary play the background child (see
-// TestMain), so the readiness protocol is tested without FUSE.
-const fakeChildEnv = "FERRY_TEST_FAKE_CHILD"
-
-// askControlEnv makes the test binary ask the control socket it names
-// and print the answer, or with floodControlEnv hold that many
-// connections to it open, unused, until killed (see
-// TestAbstractControlSocket).
-const (
-	askControlEnv   = "FERRY_TEST_ASK_CONTROL"
-	floodControlEnv = "FERRY_TEST_FLOOD_CONTROL"
-)
-
-func TestMain(m *testing.M) {
-	if mode := os.Getenv(fakeChildEnv); mode != "" {
-		os.Exit(fakeChild(mode))
-	}
-	if socket := os.Getenv(askControlEnv); socket != "" {
-		os.Exit(askControlChild(socket))
-	}
-	os.Exit(m.Run())
-}
-
-// askControlChild is the test binary run with askControlEnv: it asks the
-// socket and prints the answer, or (floodControlEnv) holds connections.
-func askControlChild(socket string) int {
-	if n, _ := strconv.Atoi(os.Getenv(floodControlEnv)); n > 0 {
-		var conns []net.Conn // kept reachable: a lost conn is closed
-		for i := range n {
-			conn, err := net.Dial("unix", socket)
-			if err != nil {
-				fmt.Printf("connection %d: %v\n", i, err)
-				return 1
-			}
-			conns = append(conns, conn)
-		}
-		fmt.Printf("holding %d connections\n", len(conns))
-		time.Sleep(time.Hour)
-		runtime.KeepAlive(conns)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := callControl(ctx, socket, &controlRequest{Op: "launch"})
-	fmt.Printf("uid %d asked: %v\n", os.Getuid(), err)
-	return 0
-}
-
-func fakeChild(mode string) int {
-	pipe, ok := daemonChild()
-	if !ok {
-		return 99
-	}
-	if os.Getenv(daemonEnv) != "" {
-		return 98 // the marker must not leak to what the child starts
-	}
-	switch mode {
-	case "ok":
-		pipe.report(nil)
-		time.Sleep(200 * time.Millisecond) // keeps running after reporting
-		return 0
-	case "usage":
-		pipe.report(usageError{errors.New("bad\nthing")})
-		return exitUsage
-	case "fail":
-		pipe.report(errors.New("bucket gone"))
-		return exitMountError
-	case "die":
-		return 3
-	case "hang":
-		time.Sleep(time.Hour)
-	}
-	return 97
-}
-
-func startFake(t *testing.T, mode string, timeout time.Duration) error {
-	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	return startBackground(context.Background(), backgroundRequest{
-		Exe:        exe,
-		Args:       []string{"-test.run=^$"},
-		Env:        []string{fakeChildEnv + "=" + mode},
-		MountPoint: t.TempDir(),
-		Timeout:    timeout,
-	})
-}
-
-func TestBackgroundReadiness(t *testing.T) {
-	require.NoError(t, startFake(t, "ok", time.Minute))
-
-	err := startFake(t, "usage", time.Minute)
-	require.Error(t, err)
-	assert.Equal(t, "bad thing", err.Error(), "one line")
-	assert.Equal(t, exitUsage, exitCode(err))
-
-	err = startFake(t, "fail", time.Minute)
-	require.Error(t, err)
-	assert.Equal(t, "bucket gone", err.Error())
-	assert.Equal(t, exitMountError, exitCode(err))
-
-	err = startFake(t, "die", time.Minute)
-	require.ErrorIs(t, err, errNotReady)
-	assert.Contains(t, err.Error(), "exit status 3")
-	assert.Equal(t, exitMountError, exitCode(err))
-
-	// The parent never hangs: a silent child is killed at the deadline.
-	err = startFake(t, "hang", 500*time.Millisecond)
-	require.ErrorIs(t, err, errNotReady)
-	assert.Contains(t, err.Error(), "killed it")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	exe, _ := os.Executable()
-	err = startBackground(ctx, backgroundRequest{Exe: exe, Args: []string{"-test.run=^$"},
-		Env: []string{fakeChildEnv + "=hang"}, MountPoint: t.TempDir(), Timeout: time.Minute})
-	require.ErrorIs(t, err, errNotReady)
-	assert.Contains(t, err.Error(), "interrupted")
-}
-
-func TestParseHelperArgs(t *testing.T) {
-	for _, tc := range []struct {
-		argv []string
-		want helperArgs
-	}{
-		{[]string{"gs://b", "/mnt"}, helperArgs{args: []string{"--", "gs://b", "/mnt"}}},
-		{[]string{"gs://b/p", "/mnt", "-o", "rw,cache_dir=/ssd,allow_other"},
-			helperArgs{args: []string{"--cache-dir=/ssd", "--allow-other", "--", "gs://b/p", "/mnt"}}},
-		// getopt order: options first, attached values, clusters, repeats.
-		{[]string{"-n", "-oro", "-o", "metadata_ttl=-1", "-t", "ferry", "s3://b", "/m"},
-			helperArgs{args: []string{"--ro", "--metadata-ttl=-1", "--", "s3://b", "/m"}}},
-		{[]string{"gs://b", "-sfvn", "/m", "-o", "nodev,frob"},
-			helperArgs{args: []string{"--kernel-option=nodev", "--", "gs://b", "/m"}, unknown: []string{"frob"}, fake: true}},
-		{[]string{"-vo", "debug", "--", "gs://b", "/m"},
-			helperArgs{args: []string{"--debug", "--", "gs://b", "/m"}}},
-	} {
-		got, err := parseHelperArgs(tc.argv)
-		require.NoError(t, err, "%v", tc.argv)
-		assert.Equal(t, tc.want, got, "%v", tc.argv)
-	}
-
-	for _, tc := range []struct {
-		argv []string
-		msg  string
-	}{
-		{[]string{"gs://b"}, "need SOURCE and DIR"},
-		{[]string{"gs://b", "/m", "/x"}, "need SOURCE and DIR"},
-		{[]string{"gs://b", "/m", "-o"}, "-o needs a value"},
-		{[]string{"gs://b", "/m", "-x"}, "unknown option -x"},
-		{[]string{"gs://b", "/m", "-N", "/proc/1/ns/mnt"}, "namespaces are not supported"},
-		{[]string{"gs://b", "/m", "-o", "frob"}, "-o frob: unknown mount option"},
-	} {
-		_, err := parseHelperArgs(tc.argv)
-		require.Error(t, err, "%v", tc.argv)
-		assert.Contains(t, err.Error(), tc.msg)
-		assert.ErrorIs(t, err, flags.ErrInvalid)
-	}
-}
 
 func TestPermuteArgs(t *testing.T) {
 	for _, tc := range []struct{ in, want []string }{
@@ -259,7 +99,7 @@ func TestRunFakeMount(t *testing.T) {
 	mnt := t.TempDir()
 	code, _, stderr := runCmd("/sbin/mount.ferry", "gs://b", mnt, "-f", "-o", "ro,allow_other,nodev")
 	assert.Equal(t, exitOK, code, stderr)
-	assert.False(t, isMountPoint(mnt))
+	assert.False(t, mountinfo.IsMountPoint(mnt))
 
 	// A directory with files needs nonempty.
 	require.NoError(t, os.WriteFile(filepath.Join(mnt, "f"), nil, 0o644))
@@ -284,78 +124,24 @@ func TestRunDocsAndHelp(t *testing.T) {
 	assert.NotRegexp(t, `--foreground .*\(default`, out)
 }
 
-func TestInstallHelper(t *testing.T) {
-	dir := t.TempDir()
-	dest := filepath.Join(dir, "mount.ferry")
-	require.NoError(t, installHelper("/usr/bin/ferry", dest))
-	got, err := os.Readlink(dest)
-	require.NoError(t, err)
-	assert.Equal(t, "/usr/bin/ferry", got)
-
-	// Re-installing replaces our symlink.
-	require.NoError(t, installHelper("/opt/ferry", dest))
-	got, _ = os.Readlink(dest)
-	assert.Equal(t, "/opt/ferry", got)
-
-	// A real file is never replaced; a wrong name is refused.
-	require.NoError(t, os.Remove(dest))
-	require.NoError(t, os.WriteFile(dest, []byte("#!/bin/sh\n"), 0o755))
-	assert.ErrorIs(t, installHelper("/opt/ferry", dest), errHelperExists)
-	assert.Error(t, installHelper("/opt/ferry", filepath.Join(dir, "mount.other")))
-}
-
-func TestMountinfo(t *testing.T) {
-	assert.Equal(t, "/mnt/a b", unescapeMountinfo(`/mnt/a\040b`))
-	assert.Equal(t, `/mnt/x\09`, unescapeMountinfo(`/mnt/x\09`), "not an escape")
-	assert.Equal(t, "/plain", unescapeMountinfo("/plain"))
-	_, ok := mountType("/")
-	assert.True(t, ok, "/ is always a mount point")
-	assert.False(t, isMountPoint(t.TempDir()))
-}
-
 func TestExitCode(t *testing.T) {
 	assert.Equal(t, exitOK, exitCode(nil))
-	assert.Equal(t, exitUsage, exitCode(usageError{errors.New("x")}))
+	assert.Equal(t, exitUsage, exitCode(usageError{Err: errors.New("x")}))
 	assert.Equal(t, exitUsage, exitCode(&flags.OptionError{Option: "uid", Err: errors.New("x")}))
 	assert.Equal(t, exitMountError, exitCode(errors.New("store down")))
-	assert.Equal(t, 1, exitCode(fmt.Errorf("warm: %w", &operationError{"2 errors"})))
-	assert.Equal(t, &childError{code: 1, msg: "a b"}, parseChildError("1 a b"))
-	assert.Equal(t, &childError{code: exitMountError, msg: "garbage"}, parseChildError("garbage"))
+	assert.Equal(t, 1, exitCode(fmt.Errorf("warm: %w", &control.OperationError{Msg: "2 errors"})))
+	assert.Equal(t, exitUsage, exitCode(fmt.Errorf("mounting: %w", bucket.ErrInvalid)))
+	// The background child's own status, as it reported it.
+	assert.Equal(t, 7, exitCode(&daemon.ChildError{Code: 7, Msg: "x"}))
 }
 
-func TestLoggerToFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ferry.log")
-	logger, closer, err := newLogger(&flags.Config{LogFile: path, LogFormat: "json", Debug: true}, true, nil)
+func TestReadPathList(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "list")
+	require.NoError(t, os.WriteFile(f, []byte("/mnt/a\n\n/mnt/b c\r\n  \n"), 0o600))
+	got, err := readPathList(f, nil)
 	require.NoError(t, err)
-	logger.Debug("hello", "k", 1)
-	require.NoError(t, closer.Close())
-	data, err := os.ReadFile(path)
+	assert.Equal(t, []string{"/mnt/a", "/mnt/b c"}, got)
+	got, err = readPathList("-", strings.NewReader("x\ny\n"))
 	require.NoError(t, err)
-	var rec map[string]any
-	require.NoError(t, json.Unmarshal(data, &rec))
-	assert.Equal(t, "hello", rec["msg"])
-	assert.Equal(t, "DEBUG", rec["level"])
-
-	_, _, err = newLogger(&flags.Config{LogFile: "/nonexistent/dir/ferry.log"}, false, nil)
-	var oe *flags.OptionError
-	require.ErrorAs(t, err, &oe)
-	assert.Equal(t, "log-file", oe.Option)
-}
-
-func TestGoBuildDir(t *testing.T) {
-	assert.True(t, goBuildDir.MatchString("/tmp/go-build3274905098/b001/exe/ferry"))
-	assert.False(t, goBuildDir.MatchString("/home/me/go-builds/ferry"))
-	assert.False(t, goBuildDir.MatchString("/usr/local/bin/ferry"))
-}
-
-func TestLoopback(t *testing.T) {
-	for addr, want := range map[string]bool{"127.0.0.1:0": true, "[::1]:0": true, ":0": false, "0.0.0.0:0": false} {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Logf("%s: %v", addr, err) // no IPv6 here
-			continue
-		}
-		assert.Equal(t, want, loopback(ln.Addr()), addr)
-		ln.Close()
-	}
+	assert.Equal(t, []string{"x", "y"}, got)
 }

@@ -410,7 +410,6 @@ func (c *chunk) runs(blocks []int64, want map[int64]bool) []blockRun {
 	return runs
 }
 
-
 // wait waits for parts (all referenced), copies what they bring and drops
 // the references. A failed fetch of our own is the read's error; someone
 // else's cancelled or speculative fetch just sends us round again.

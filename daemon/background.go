@@ -1,18 +1,20 @@
-package main
+package daemon
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"ferry/flags"
+	"ferry/mountinfo"
 )
 
 // Background mode: the parent re-executes itself with daemonEnv set and
@@ -34,13 +36,14 @@ const (
 
 // readyPipe is the child's end of the readiness pipe.
 type readyPipe struct {
-	f *os.File
+	f        *os.File
+	exitCode func(error) int // the status an error stands for
 }
 
-// daemonChild returns the readiness pipe when this process is the
+// backgroundChild returns the readiness pipe when this process is the
 // background child, and removes the marker so that nothing ferry starts
 // inherits it.
-func daemonChild() (*readyPipe, bool) {
+func backgroundChild(exitCode func(error) int) (*readyPipe, bool) {
 	if os.Getenv(daemonEnv) != fmt.Sprint(readyFD) {
 		return nil, false
 	}
@@ -51,7 +54,7 @@ func daemonChild() (*readyPipe, bool) {
 	// We were started as /proc/self/exe, which ps and pgrep would show as
 	// "exe".
 	_ = os.WriteFile("/proc/self/comm", []byte("ferry"), 0)
-	return &readyPipe{f: os.NewFile(readyFD, "ferry-ready")}, true
+	return &readyPipe{f: os.NewFile(readyFD, "ferry-ready"), exitCode: exitCode}, true
 }
 
 // report sends the outcome to the parent, once.
@@ -62,14 +65,40 @@ func (p *readyPipe) report(err error) {
 	if err == nil {
 		io.WriteString(p.f, "ok\n")
 	} else {
-		fmt.Fprintf(p.f, "error %d %s\n", exitCode(err), oneLine(err.Error()))
+		fmt.Fprintf(p.f, "error %d %s\n", p.exitCode(err), oneLine(err.Error()))
 	}
 	p.f.Close()
 	p.f = nil
 }
 
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+// serveChild is the background child: it reports the mount's outcome to
+// the parent, then serves until unmounted.
+func serveChild(cfg *flags.Config, mount Mounter, pipe *readyPipe) error {
+	signal.Ignore(syscall.SIGHUP) // no terminal to hang up
+	logger, closer, err := newLogger(cfg, true, nil)
+	if err != nil {
+		pipe.report(err)
+		return err
+	}
+	defer closer.Close()
+	if err := checkMountPoint(cfg.MountPoint, cfg.NonEmpty, true); err != nil {
+		pipe.report(err)
+		return err
+	}
+	err = Serve(cfg, logger, mount, func() {
+		logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.MountPoint)
+		// Started in the caller's directory (see startBackground); every
+		// path has been used by now.
+		if err := os.Chdir("/"); err != nil {
+			logger.Warn("cannot leave the starting directory", "err", err)
+		}
+		pipe.report(nil)
+	})
+	pipe.report(err) // no-op once ready was reported
+	if err != nil {
+		logger.Error("exiting", "err", err)
+	}
+	return err
 }
 
 // backgroundRequest starts a background child.
@@ -120,7 +149,7 @@ func startBackground(ctx context.Context, req backgroundRequest) error {
 	// A new session: the child outlives our terminal and our process group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 
-	wasMounted := isMountPoint(req.MountPoint)
+	wasMounted := mountinfo.IsMountPoint(req.MountPoint)
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return fmt.Errorf("starting background process: %w", err)
@@ -142,7 +171,7 @@ func startBackground(ctx context.Context, req backgroundRequest) error {
 		case <-exited:
 		case <-time.After(5 * time.Second):
 		}
-		if !wasMounted && isMountPoint(req.MountPoint) {
+		if !wasMounted && mountinfo.IsMountPoint(req.MountPoint) {
 			_ = unmountRetry(req.MountPoint, 3, time.Second)
 		}
 		return fmt.Errorf("%w: %s", errNotReady, why)
@@ -179,132 +208,4 @@ func startBackground(ctx context.Context, req backgroundRequest) error {
 	case <-ctx.Done():
 		return giveUp("interrupted; killed the background process")
 	}
-}
-
-// childError is the error the background child reported, with the exit
-// code it would have used itself.
-type childError struct {
-	code int
-	msg  string
-}
-
-func (e *childError) Error() string { return e.msg }
-
-func parseChildError(s string) *childError {
-	code, msg, _ := strings.Cut(s, " ")
-	n, err := strconv.Atoi(code)
-	if err != nil || n <= 0 || n > 255 {
-		return &childError{code: exitMountError, msg: s}
-	}
-	return &childError{code: n, msg: msg}
-}
-
-// isMountPoint reports whether dir is the mount point of some mount in
-// our namespace.
-func isMountPoint(dir string) bool {
-	_, ok := mountType(dir)
-	return ok
-}
-
-// mountEntry is one line of /proc/self/mountinfo, the parts we use.
-type mountEntry struct {
-	point  string // mount point, unescaped
-	fstype string // "fuse.ferry", "tmpfs", ...
-	dev    string // "major:minor", as stat(2) of the mount's root gives it
-	owner  int    // a FUSE mount's user_id (who mounted it), else -1
-}
-
-// readMounts lists this process's mounts in mount order.
-func readMounts() []mountEntry {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []mountEntry
-	for _, line := range strings.Split(string(data), "\n") {
-		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		e := mountEntry{point: unescapeMountinfo(fields[4]), dev: fields[2], owner: -1}
-		for i, f := range fields {
-			if f == "-" && i >= 6 && i+1 < len(fields) {
-				e.fstype = fields[i+1]
-				if i+3 < len(fields) {
-					for _, o := range strings.Split(fields[i+3], ",") {
-						if v, ok := strings.CutPrefix(o, "user_id="); ok {
-							if uid, err := strconv.Atoi(v); err == nil {
-								e.owner = uid
-							}
-						}
-					}
-				}
-				break
-			}
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// topMount returns the topmost mount on dir, from /proc/self/mountinfo.
-func topMount(dir string) (top mountEntry, mounted bool) {
-	for _, m := range readMounts() {
-		if m.point == dir {
-			top, mounted = m, true
-		}
-	}
-	return top, mounted
-}
-
-// mountType returns the file system type ("fuse.ferry", "tmpfs") of the
-// topmost mount on dir.
-func mountType(dir string) (fstype string, mounted bool) {
-	m, ok := topMount(dir)
-	return m.fstype, ok
-}
-
-// mountDev returns the device ("major:minor") of the topmost mount on dir.
-func mountDev(dir string) string {
-	m, _ := topMount(dir)
-	return m.dev
-}
-
-// devOf is the device ("major:minor") of the file system holding path,
-// as stat(2) sees it now.
-func devOf(path string) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			var v byte
-			ok := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + (c - '0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -9,19 +9,24 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/urfave/cli/v2"
-
 	"ferry/flags"
 )
 
-// helperArgs is a mount(8) helper command line translated for ferry.
-type helperArgs struct {
-	args    []string // ferry flags, "--", SOURCE, MOUNTPOINT
-	unknown []string // options ignored because of -s
-	fake    bool     // -f
+// IsMountHelper reports whether argv0 names mount(8)'s helper
+// (/sbin/mount.ferry, or mount.ferry.<subtype>).
+func IsMountHelper(argv0 string) bool {
+	base := filepath.Base(argv0)
+	return base == "mount.ferry" || strings.HasPrefix(base, "mount.ferry.")
 }
 
-// parseHelperArgs translates mount(8)'s helper calling convention,
+// HelperArgs is a mount(8) helper command line translated for ferry.
+type HelperArgs struct {
+	Args    []string // ferry flags, "--", SOURCE, MOUNTPOINT
+	Unknown []string // options ignored because of -s
+	Fake    bool     // -f
+}
+
+// ParseHelperArgs translates mount(8)'s helper calling convention,
 //
 //	mount.ferry SOURCE DIR [-sfnv] [-N namespace] [-o options] [-t type]
 //
@@ -30,9 +35,9 @@ type helperArgs struct {
 // translated by flags.ParseMountOptions. -n (no mtab) and -v are accepted
 // and ignored; -s makes unknown -o options warnings; -f checks everything
 // without mounting. Mount namespaces (-N) are not supported.
-func parseHelperArgs(argv []string) (helperArgs, error) {
+func ParseHelperArgs(argv []string) (HelperArgs, error) {
 	var (
-		h      helperArgs
+		h      HelperArgs
 		opts   []string
 		pos    []string
 		sloppy bool
@@ -54,7 +59,7 @@ func parseHelperArgs(argv []string) (helperArgs, error) {
 			case 's':
 				sloppy = true
 			case 'f':
-				h.fake = true
+				h.Fake = true
 			case 'n', 'v':
 			case 'o', 't', 'N':
 				val := a[j+1:]
@@ -84,50 +89,26 @@ func parseHelperArgs(argv []string) (helperArgs, error) {
 	joined := strings.Join(opts, ",")
 	var err error
 	if sloppy {
-		h.args, h.unknown, err = flags.ParseMountOptionsSloppy(joined)
+		h.Args, h.Unknown, err = flags.ParseMountOptionsSloppy(joined)
 	} else {
-		h.args, err = flags.ParseMountOptions(joined)
+		h.Args, err = flags.ParseMountOptions(joined)
 	}
 	if err != nil {
 		return h, err
 	}
-	h.args = append(h.args, "--", pos[0], pos[1])
+	h.Args = append(h.Args, "--", pos[0], pos[1])
 	return h, nil
-}
-
-func installHelperCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "install-helper",
-		Usage: "install the mount(8) helper so that `mount -t ferry` and /etc/fstab work",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dest", Value: "/sbin/mount.ferry", Usage: "where to create the helper symlink"},
-		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 0 {
-				return usageError{fmt.Errorf("install-helper takes no arguments (use --dest)")}
-			}
-			self, err := helperTarget(os.Args[0])
-			if err != nil {
-				return err
-			}
-			if err := installHelper(self, c.String("dest")); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.App.Writer, "%s -> %s\n", c.String("dest"), self)
-			return nil
-		},
-	}
 }
 
 // goBuildDir matches the temporary directories of go run and go test.
 var goBuildDir = regexp.MustCompile(`/go-build[0-9]+/`)
 
-// helperTarget is what the helper links to: this program as the user
+// HelperTarget is what the helper links to: this program as the user
 // named it (argv0, found on $PATH if bare), not the file that name
 // resolves to today, so that a link the admin repoints on upgrade
 // (/usr/local/bin/ferry -> /opt/ferry/1.2/ferry) keeps the helper
 // working. A binary of `go run` is deleted when it exits: refused.
-func helperTarget(argv0 string) (string, error) {
+func HelperTarget(argv0 string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
@@ -159,11 +140,11 @@ func helperTarget(argv0 string) (string, error) {
 // replacing it could destroy a file we did not create.
 var errHelperExists = errors.New("exists and is not a symlink; remove it first")
 
-// installHelper points the symlink dest at target, replacing an older
+// InstallHelper points the symlink dest at target, replacing an older
 // symlink atomically (symlink to a temporary name, then rename).
-func installHelper(target, dest string) error {
-	if base := filepath.Base(dest); !isMountHelper(base) {
-		return usageError{fmt.Errorf("--dest %s: the helper must be named mount.ferry for mount(8) to find it", dest)}
+func InstallHelper(target, dest string) error {
+	if base := filepath.Base(dest); !IsMountHelper(base) {
+		return UsageError{fmt.Errorf("--dest %s: the helper must be named mount.ferry for mount(8) to find it", dest)}
 	}
 	if fi, err := os.Lstat(dest); err == nil && fi.Mode()&os.ModeSymlink == 0 {
 		return fmt.Errorf("%s %w", dest, errHelperExists)
