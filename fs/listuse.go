@@ -26,7 +26,7 @@ import (
 // every file, so it got the first page's worth of dentries and a lookup
 // round trip per file after that: 4000 warm 128 KiB files read by 8
 // readers after a listing ran about 15% faster with attributes on every
-// page (docs/operations.md, "Warm small files, round trips").
+// page (docs/notes/2026-12-01-warm-small-files-round-trips.md).
 //
 // So a page has attributes when
 //   - it is the first of a listing (offset 0), as in "auto";

@@ -122,7 +122,8 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// The kernel's queue of readahead requests (12 by default, 9
 		// before it throttles): at 12, 4 sequential readers of cache
 		// files kept the disk less busy than the same readers of local
-		// files did (docs/operations.md). Set in FUSE_INIT, so that it
+		// files did (docs/notes/2026-11-30-kernel-queue.md). Set in
+		// FUSE_INIT, so that it
 		// holds where the FUSE control file system is not mounted
 		// (containers).
 		MaxBackground: uint16(min(max(opts.MaxBackground, 0), 65535)),

@@ -22,8 +22,8 @@ import (
 // with FUSE passthrough. The kernel then reads and maps the cache file
 // itself, and sends ferry no reads at all: warm reads run in the cache
 // volume's page cache, in its large folios, instead of FUSE's 4 KiB pages
-// with a round trip to ferry per request (docs/operations.md, "Warm reads
-// through passthrough").
+// with a round trip to ferry per request
+// (docs/notes/2026-12-01-passthrough.md).
 //
 // The kernel holds each inode in one I/O mode at a time: while one open
 // file of an inode is passthrough, every other open of it must be

@@ -20,7 +20,7 @@ import (
 // round trip (30 of 114 ms), so 16 connections fill a 500 MB/s link only
 // if none is ever idle; with 32, readers that grow their windows together
 // (4 streams, or one stream past its first window) keep the link fuller
-// (see docs/operations.md for the measurements).
+// (docs/notes/2026-11-30-connections.md has the measurements).
 const (
 	// DefaultMemoryLimit is a suggestion for the flags package; New itself
 	// requires an explicit MemoryLimit.
@@ -35,8 +35,8 @@ const (
 	// several doublings; at most a quarter of the object. 64 MiB, not 32:
 	// 32 MiB is 70 ms of a 500 MB/s link, less than the time to the first
 	// byte plus the reader's first steps, so the link went idle before
-	// the window could grow (measured on the emulated link, see
-	// docs/operations.md). The price: a reader that reads only the
+	// the window could grow (measured on the emulated link,
+	// docs/notes/2026-11-30-graded-parts.md). The price: a reader that reads only the
 	// header of a large file and then seeks away has still asked the
 	// store for a window or, with a cache (readahead then runs up to two
 	// windows ahead), up to 128 MiB, half a 256 MiB file; all of it

@@ -694,7 +694,7 @@ const idleStream = time.Second
 // (the budget is full of bytes not read yet; readahead waits for the
 // readers to make room). Taking the least recently used part, the next in
 // line for its reader, sent 40% of a 4-stream cold read through the disk
-// (docs/operations.md).
+// (docs/notes/2026-11-30-cold-four-streams-dear-memory.md).
 //
 // Readahead of a handle opened ahead and not read yet (ahead) takes
 // nothing from another such handle: files opened ahead of their readers

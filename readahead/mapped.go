@@ -48,8 +48,9 @@ const mappedIdle = 10 * time.Second
 // the kernel through 1024 page-table entries per 4 MiB part. On a
 // paravirtualised guest where touching memory is dear, huge pages for
 // ferry alone took a cold 4-stream read from 55% to 71-83% of the link
-// (docs/operations.md, "Huge pages"). The Go heap's large objects are aligned to 8 KiB
-// only, so advising them in place covers half of each part at best.
+// (docs/notes/2026-12-01-huge-pages.md). The Go heap's large objects are
+// aligned to 8 KiB only, so advising them in place covers half of each
+// part at best.
 //
 // Memory: mapped bytes, in use or free, never exceed limit (the memory
 // budget): a new mapping first unmaps free buffers of other sizes. Free

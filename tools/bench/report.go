@@ -346,7 +346,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 			c.FerryCPU, c.StoreCPU, c.BenchCPU, 100*c.StoreShare)
 	}
 	if f := rep.Folios; f != nil {
-		fmt.Fprintf(&b, "\nPage-cache folios filled by reading the first %.0f MiB of %s: %d KiB on average from local disk, %d KiB through ferry. Where ferry's are smaller, filling the page cache likely costs its readers more per byte than local disk's readers (see docs/operations.md, \"What is left of the cold rows\").\n",
+		fmt.Fprintf(&b, "\nPage-cache folios filled by reading the first %.0f MiB of %s: %d KiB on average from local disk, %d KiB through ferry. Where ferry's are smaller, filling the page cache likely costs its readers more per byte than local disk's readers (see docs/notes/2026-12-01-cold-rows-folios.md).\n",
 			float64(f.Bytes)/mib, f.File, f.LocalKiB, f.FerryKiB)
 	}
 	for _, n := range rep.Notes {

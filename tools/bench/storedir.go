@@ -21,8 +21,8 @@ import (
 // allocated on the client's machine, beside ferry's and the readers' own:
 // on the paravirtualised 2-vCPU machine of 2026-12-01 the emulator took
 // 6.3-8.6 CPU-seconds to serve one cold 4-stream read of 2 GiB through
-// ferry, against 1.4-1.5 with the objects on tmpfs (docs/operations.md,
-// "The emulator's objects in memory"). So by default they go to /dev/shm
+// ferry, against 1.4-1.5 with the objects on tmpfs
+// (docs/notes/2026-12-01-emulator-objects-in-memory.md). So by default they go to /dev/shm
 // when it is a tmpfs with room for them (and, for versitygw, user extended
 // attributes) and the machine has memory available for them and as much
 // again, at least memBeside plus ferry's --memory-limit; else under the
