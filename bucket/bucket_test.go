@@ -91,3 +91,16 @@ func TestTrimURL(t *testing.T) {
 	assert.Same(t, bare, TrimURL(bare))
 	assert.Nil(t, TrimURL(nil))
 }
+
+// Without versions, a rewrite of the same size is told by Updated.
+func TestSameVersion(t *testing.T) {
+	a := Object{Name: "a", Size: 3, Updated: time.Unix(1, 0)}
+	b := a
+	assert.True(t, a.SameVersion(&b))
+	b.Updated = time.Unix(2, 0)
+	assert.False(t, a.SameVersion(&b))
+	a.Version, b.Version = "v1", "v1"
+	assert.True(t, a.SameVersion(&b), "a version says it all")
+	b.Version = "v2"
+	assert.False(t, a.SameVersion(&b))
+}
