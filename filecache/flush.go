@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -180,4 +181,54 @@ func (s *Store) logOnce(kind, msg string, args ...any) {
 	if first {
 		s.log.Error(msg, args...)
 	}
+}
+
+// freshIndex moves the damaged index aside (logging msg) and opens an
+// empty one in its place.
+func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
+	path := filepath.Join(s.dir, "index.db")
+	if err := moveAside(path, s.log.Error, msg, why); err != nil {
+		return nil, err
+	}
+	db, _, _, err := tryOpenIndex(path)
+	if err != nil {
+		return nil, fmt.Errorf("open cache index %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// rebuildIndex replaces an index that a commit found damaged with a fresh
+// one and marks every entry for the next commit: the index only mirrors
+// what memory holds, so nothing cached is lost. If that fails, s.db is
+// left nil and the next flush tries again. LOCKS_REQUIRED(flushMu)
+func (s *Store) rebuildIndex(why error) error {
+	// The damaged handle is dropped, not closed: a panic inside a write
+	// transaction can leave bbolt's writer lock held (it reads the meta
+	// page after taking it, with no deferred unlock), and Close would
+	// then wait for it forever. Its descriptor and map are leaked, once;
+	// its flock is on the file moved aside (our own lock is v1/lock).
+	s.db = nil
+	db, err := s.freshIndex("cache index damaged; moving it aside and writing it again from memory", why)
+	if err != nil {
+		return err
+	}
+	s.db = db
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.entries {
+		if e.live {
+			e.metaDirty, e.atimeDirty = true, true
+			s.dirty[k] = e
+		}
+	}
+	// The new index holds none of the evicted keys: their deletions are
+	// committed.
+	for k, d := range s.deleting {
+		d.committed = true
+		if d.unlinked {
+			delete(s.deleting, k)
+		}
+	}
+	clear(s.deleted)
+	return nil
 }
