@@ -22,92 +22,16 @@ func Open(cfg Config) (*Store, error) {
 }
 
 func open(cfg Config, h hooks) (*Store, error) {
-	if cfg.Dir == "" {
-		return nil, fmt.Errorf("cache dir is empty: %w", ErrInvalid)
-	}
-	if cfg.BlockSize == 0 {
-		cfg.BlockSize = DefaultBlockSize
-	}
-	if err := validateBlockSize(cfg.BlockSize); err != nil {
+	cfg, err := checkConfig(cfg)
+	if err != nil {
 		return nil, err
-	}
-	if cfg.MaxSize < 0 || cfg.MinFree < 0 {
-		return nil, fmt.Errorf("cache max size and min free must not be negative: %w", ErrInvalid)
-	}
-	// Limits that leave no room would empty the cache at open (it evicts
-	// down to them) and then store nothing, with no word why.
-	if cfg.MaxSize > 0 && cfg.MaxSize < cfg.BlockSize {
-		return nil, fmt.Errorf("the cache size (--cache-size) %s is smaller than one cache block (--cache-block-size %s): %w",
-			humanize.IBytes(uint64(cfg.MaxSize)), humanize.IBytes(uint64(cfg.BlockSize)), ErrInvalid)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if h.statfs == nil {
-		h.statfs = realStatfs
-	}
-	if h.writeAt == nil {
-		h.writeAt = (*os.File).WriteAt
-	}
-	if h.syncData == nil {
-		h.syncData = func(d *os.File) error { return unix.Syncfs(int(d.Fd())) }
-	}
-	if h.maxOpen <= 0 {
-		h.maxOpen = defaultMaxOpen
 	}
 	root, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
-	s := &Store{
-		log:         cfg.Logger.With("component", "filecache"),
-		reg:         cfg.Registerer,
-		hooks:       h,
-		root:        root,
-		dir:         filepath.Join(root, "v1"),
-		dataDir:     filepath.Join(root, "v1", "data"),
-		blockSize:   cfg.BlockSize,
-		bucketID:    cfg.BucketID,
-		minFree:     cfg.MinFree,
-		fsBlock:     4096,
-		syncEvery:   syncInterval,
-		kick:        make(chan struct{}, 1),
-		done:        make(chan struct{}),
-		stopped:     make(chan struct{}),
-		entries:     map[string]*entry{},
-		byObj:       map[Key]*entry{},
-		lru:         list.New(),
-		open:        list.New(),
-		deleting:    map[string]*deletion{},
-		dirty:       map[string]*entry{},
-		deleted:     map[string]struct{}{},
-		loggedKinds: map[string]bool{},
-		splice:      cfg.Splice,
-	}
-	// Nothing is created below v1 before v1 is known to be ours.
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, fmt.Errorf("create cache dir: %w", err)
-	}
-	// (A file system that reports no size, ramfs or an unlimited tmpfs,
-	// is unknown, not full.)
-	if _, total, err := h.statfs(root); err == nil && total > 0 && cfg.MinFree >= total {
-		return nil, fmt.Errorf("the free space to leave (--cache-min-free) %s is not below the size of the cache's file system (%s): "+
-			"the cache could hold nothing (a percentage, as --cache-min-free 10%%, scales with the volume): %w",
-			humanize.IBytes(uint64(cfg.MinFree)), humanize.IBytes(uint64(total)), ErrInvalid)
-	}
-	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("create cache dir: %w", err)
-	}
-	if err := checkPrivate(root, s.dir, s.log); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(s.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("cache dir: %w", err)
-	}
-	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create cache dir: %w", err)
-	}
-	if s.lock, err = lockDir(s.dir); err != nil {
+	s := newStore(cfg, h.withDefaults(), root)
+	if err := s.claimDir(); err != nil {
 		return nil, err
 	}
 	opened := false
@@ -120,29 +44,10 @@ func open(cfg Config, h hooks) (*Store, error) {
 	if unix.Statfs(s.dir, &st) == nil && st.Bsize > 0 {
 		s.fsBlock = int64(st.Bsize)
 	}
-	db, rows, bad, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
-	if err != nil {
+	if err := s.loadIndex(); err != nil {
 		return nil, err
 	}
-	s.db = db
-	if err := s.load(rows, bad); err != nil {
-		if !errors.Is(err, errIndexDamaged) {
-			db.Close()
-			return nil, err
-		}
-		// The damaged handle is dropped, not closed (see rebuildIndex).
-		// Damage that only a commit showed: start again with an empty
-		// index; every data file is then an orphan and goes.
-		if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
-			return nil, err
-		}
-		s.entries, s.byObj, s.lru, s.used = map[string]*entry{}, map[Key]*entry{}, list.New(), 0
-		if err := s.load(nil, nil); err != nil {
-			s.db.Close()
-			return nil, err
-		}
-	}
-	avail, _, err := h.statfs(s.dir)
+	avail, _, err := s.hooks.statfs(s.dir)
 	if err != nil {
 		s.db.Close()
 		return nil, fmt.Errorf("statfs cache dir: %w", err)
@@ -170,6 +75,147 @@ func open(cfg Config, h hooks) (*Store, error) {
 	s.log.Info("cache opened", "dir", s.dir, "entries", len(s.entries), "used_bytes", s.used,
 		"limit_bytes", s.limit, "min_free_bytes", s.minFree, "block_size", s.blockSize)
 	return s, nil
+}
+
+// checkConfig returns cfg with its defaults filled in, or an error
+// wrapping ErrInvalid.
+func checkConfig(cfg Config) (Config, error) {
+	if cfg.Dir == "" {
+		return cfg, fmt.Errorf("cache dir is empty: %w", ErrInvalid)
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = DefaultBlockSize
+	}
+	if err := validateBlockSize(cfg.BlockSize); err != nil {
+		return cfg, err
+	}
+	if cfg.MaxSize < 0 || cfg.MinFree < 0 {
+		return cfg, fmt.Errorf("cache max size and min free must not be negative: %w", ErrInvalid)
+	}
+	// Limits that leave no room would empty the cache at open (it evicts
+	// down to them) and then store nothing, with no word why.
+	if cfg.MaxSize > 0 && cfg.MaxSize < cfg.BlockSize {
+		return cfg, fmt.Errorf("the cache size (--cache-size) %s is smaller than one cache block (--cache-block-size %s): %w",
+			humanize.IBytes(uint64(cfg.MaxSize)), humanize.IBytes(uint64(cfg.BlockSize)), ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+// withDefaults fills in the real system calls for the hooks tests leave
+// unset.
+func (h hooks) withDefaults() hooks {
+	if h.statfs == nil {
+		h.statfs = realStatfs
+	}
+	if h.writeAt == nil {
+		h.writeAt = (*os.File).WriteAt
+	}
+	if h.syncData == nil {
+		h.syncData = func(d *os.File) error { return unix.Syncfs(int(d.Fd())) }
+	}
+	if h.maxOpen <= 0 {
+		h.maxOpen = defaultMaxOpen
+	}
+	return h
+}
+
+// newStore is an empty store for cfg (checked) in root, Dir made
+// absolute; it touches no file.
+func newStore(cfg Config, h hooks, root string) *Store {
+	return &Store{
+		log:         cfg.Logger.With("component", "filecache"),
+		reg:         cfg.Registerer,
+		hooks:       h,
+		root:        root,
+		dir:         filepath.Join(root, "v1"),
+		dataDir:     filepath.Join(root, "v1", "data"),
+		blockSize:   cfg.BlockSize,
+		bucketID:    cfg.BucketID,
+		minFree:     cfg.MinFree,
+		fsBlock:     4096,
+		syncEvery:   syncInterval,
+		kick:        make(chan struct{}, 1),
+		done:        make(chan struct{}),
+		stopped:     make(chan struct{}),
+		entries:     map[string]*entry{},
+		byObj:       map[Key]*entry{},
+		lru:         list.New(),
+		open:        list.New(),
+		deleting:    map[string]*deletion{},
+		dirty:       map[string]*entry{},
+		deleted:     map[string]struct{}{},
+		loggedKinds: map[string]bool{},
+		splice:      cfg.Splice,
+	}
+}
+
+// claimDir creates the cache's directories, makes sure no other user can
+// change them (checkPrivate) and locks Dir/v1 (s.lock), which the caller
+// closes if the open fails after all.
+func (s *Store) claimDir() error {
+	// Nothing is created below v1 before v1 is known to be ours.
+	if err := os.MkdirAll(s.root, 0o700); err != nil {
+		return fmt.Errorf("create cache dir: %w", err)
+	}
+	// (A file system that reports no size, ramfs or an unlimited tmpfs,
+	// is unknown, not full.)
+	if _, total, err := s.hooks.statfs(s.root); err == nil && total > 0 && s.minFree >= total {
+		return fmt.Errorf("the free space to leave (--cache-min-free) %s is not below the size of the cache's file system (%s): "+
+			"the cache could hold nothing (a percentage, as --cache-min-free 10%%, scales with the volume): %w",
+			humanize.IBytes(uint64(s.minFree)), humanize.IBytes(uint64(total)), ErrInvalid)
+	}
+	if err := os.Mkdir(s.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create cache dir: %w", err)
+	}
+	if err := checkPrivate(s.root, s.dir, s.log); err != nil {
+		return err
+	}
+	if err := os.Chmod(s.dir, 0o700); err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	if err := os.MkdirAll(s.dataDir, 0o700); err != nil {
+		return fmt.Errorf("create cache dir: %w", err)
+	}
+	lock, err := lockDir(s.dir)
+	if err != nil {
+		return err
+	}
+	s.lock = lock
+	return nil
+}
+
+// loadIndex opens the index (s.db) and loads it. If load's clean-up
+// commit finds the index damaged, the cache starts empty, with a fresh
+// index. On error, no index is open.
+func (s *Store) loadIndex() error {
+	db, rows, bad, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
+	if err != nil {
+		return err
+	}
+	s.db = db
+	err = s.load(rows, bad)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, errIndexDamaged) {
+		db.Close()
+		return err
+	}
+	// The damaged handle is dropped, not closed (see rebuildIndex).
+	// Damage that only a commit showed: start again with an empty
+	// index; every data file is then an orphan and goes.
+	if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
+		return err
+	}
+	s.entries, s.byObj, s.lru, s.used = map[string]*entry{}, map[Key]*entry{}, list.New(), 0
+	if err := s.load(nil, nil); err != nil {
+		s.db.Close()
+		return err
+	}
+	return nil
 }
 
 // load reconciles the index with the data files: entries whose file is
@@ -206,8 +252,23 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 		}
 		s.used += e.bytes
 	}
-	// Orphans: anything under data/ that is not an indexed file. WalkDir
-	// does not follow symlinks, and Remove on a link removes the link.
+	orphans := s.removeOrphans()
+	if orphans > 0 || len(drop) > 0 {
+		s.log.Info("cache cleaned up", "orphan_files", orphans, "stale_entries", len(drop))
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	if err := s.deleteRows(drop); err != nil {
+		return fmt.Errorf("clean cache index: %w", err)
+	}
+	return nil
+}
+
+// removeOrphans removes anything under data/ that is not an entry's file,
+// and returns how many it found. WalkDir does not follow symlinks, and
+// Remove on a link removes the link.
+func (s *Store) removeOrphans() int {
 	var orphans int
 	_ = filepath.WalkDir(s.dataDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == s.dataDir {
@@ -227,15 +288,14 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 		}
 		return nil
 	})
-	if orphans > 0 || len(drop) > 0 {
-		s.log.Info("cache cleaned up", "orphan_files", orphans, "stale_entries", len(drop))
-	}
-	if len(drop) == 0 {
-		return nil
-	}
-	if err := guard(func() error {
+	return orphans
+}
+
+// deleteRows deletes the index rows of keys, in one commit.
+func (s *Store) deleteRows(keys []string) error {
+	return guard(func() error {
 		return s.db.Update(func(tx *bolt.Tx) error {
-			for _, k := range drop {
+			for _, k := range keys {
 				if err := tx.Bucket(entriesBucket).Delete([]byte(k)); err != nil {
 					return err
 				}
@@ -245,8 +305,5 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 			}
 			return nil
 		})
-	}); err != nil {
-		return fmt.Errorf("clean cache index: %w", err)
-	}
-	return nil
+	})
 }
