@@ -4,6 +4,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"io/fs"
+	"os"
 	"slices"
 	"syscall"
 
@@ -54,56 +55,19 @@ func (s *Store) HasBlock(obj Key, idx int64) bool {
 // bytes other than those stored for this object version.
 func (s *Store) ReadBlocks(obj Key, first int64, p []byte, ok []bool) int {
 	clear(ok)
-	if len(ok) == 0 {
+	if len(ok) == 0 || s.spanOf(obj, first, len(ok)) != int64(len(p)) {
 		return 0
 	}
-	var span int64
-	for i := range ok {
-		bl := s.blockLen(obj, first+int64(i))
-		if bl < 0 || i < len(ok)-1 && bl != s.blockSize {
-			return 0
-		}
-		span += bl
-	}
-	if span != int64(len(p)) {
-		return 0
-	}
-	want := make([]uint32, len(ok))
-	wanted := make([]bool, len(ok))
-	s.mu.Lock()
-	e := s.lookupLocked(obj)
-	npresent := 0
-	if !s.closed && e != nil {
-		for i := range ok {
-			if e.present.get(first + int64(i)) {
-				wanted[i], want[i] = true, e.crcs[first+int64(i)]
-				npresent++
-			}
-		}
-	}
-	if npresent == 0 {
-		s.mu.Unlock()
+	r := blockRead{first: first, ok: ok, wanted: make([]bool, len(ok)), want: make([]uint32, len(ok))}
+	e, wantCheck, rc := s.pinForRead(obj, &r)
+	if e == nil {
 		s.countMissBlocks(len(ok), int64(len(p)))
 		return 0
 	}
-	e.pins++
-	s.touchLocked(e)
-	// A read check running (or asked for) counts this read; taken before
-	// the read, as its stamp was.
-	wantCheck, rc := e.wantReadCheck, e.readCheck
-	s.mu.Unlock()
-
+	r.corrupt = make([]bool, len(ok))
 	if s.hooks.beforeRead != nil {
 		s.hooks.beforeRead()
 	}
-	// Read from the first present block to the last.
-	lo, hi := slices.Index(wanted, true), len(wanted)-1
-	for !wanted[hi] {
-		hi--
-	}
-	corrupt := make([]bool, len(ok))
-	var stamp fileStamp
-	stampErr := error(errNoStamp)
 	f, err := s.fileFor(e, false)
 	if err == nil {
 		if wantCheck && rc == nil {
@@ -112,47 +76,125 @@ func (s *Store) ReadBlocks(obj Key, first int64, p []byte, ok []bool) int {
 		if s.splice {
 			// Before the read, as for the read check: a change after
 			// it moves the stamp, and the blocks are checked again.
-			stamp, stampErr = stampOf(f)
+			stamp, serr := stampOf(f)
+			r.stamp, r.stamped = stamp, serr == nil
 		}
-		from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, int64(len(p)))
-		n, rerr := f.ReadAt(p[from:to], first*s.blockSize+from)
-		if s.hooks.afterRead != nil {
-			s.hooks.afterRead()
-		}
-		for i := lo; i <= hi; i++ {
-			if !wanted[i] {
-				continue
-			}
-			bs, be := int64(i)*s.blockSize-from, min(int64(i+1)*s.blockSize, int64(len(p)))-from
-			switch {
-			case be <= int64(n) && crc32.Checksum(p[from+bs:from+be], castagnoli) == want[i]:
-				ok[i] = true
-			case be <= int64(n) || rerr != nil:
-				// Wrong bytes or bytes gone: a torn write, a power cut, a
-				// bad sector or a file truncated behind our back. Every
-				// block from where the read stopped is dropped, not just
-				// the first: a block left marked present is never
-				// rewritten (writes skip present blocks), so the
-				// cache would not heal; a healthy block after a bad
-				// sector costs one refetch instead.
-				corrupt[i] = true
-			}
-		}
-		if rc != nil && !slices.Contains(corrupt, true) {
+		s.readAndCheck(f, p, &r)
+		if rc != nil && !slices.Contains(r.corrupt, true) {
 			s.countReadCheck(e, f, rc, first, ok)
 		}
 	}
+	s.settleRead(e, &r, err)
+	return s.countHits(ok, int64(len(p)))
+}
 
+// blockRead is one ReadBlocks call: its blocks, what the entry said of
+// them when the read started, and what the read found. It holds nothing
+// that escapes (not the entry, not the buffer, which crc32 leaks), so
+// that it and its slices stay on the stack: ReadBlocks allocates nothing.
+type blockRead struct {
+	first int64
+	ok    []bool // block first+i was read and passed its CRC
+	// wanted[i]: block first+i was present, with CRC want[i].
+	wanted []bool
+	want   []uint32
+	// corrupt[i]: block first+i failed its CRC, or the read stopped
+	// before it.
+	corrupt []bool
+	// stamp is the data file's before the read, if stamped (Splice).
+	stamp   fileStamp
+	stamped bool
+}
+
+// spanOf is the length of blocks [first, first+n) of obj, or -1 if they
+// are not all whole blocks (only the object's last may be short).
+func (s *Store) spanOf(obj Key, first int64, n int) int64 {
+	var span int64
+	for i := 0; i < n; i++ {
+		bl := s.blockLen(obj, first+int64(i))
+		if bl < 0 || i < n-1 && bl != s.blockSize {
+			return -1
+		}
+		span += bl
+	}
+	return span
+}
+
+// pinForRead returns obj's entry, pinned, if any of r's blocks is
+// present, noting in r which are and their CRCs, and the read check the
+// read counts toward; nil if none is.
+func (s *Store) pinForRead(obj Key, r *blockRead) (e *entry, wantCheck bool, rc *readCheck) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e = s.lookupLocked(obj)
+	if s.closed || e == nil {
+		return nil, false, nil
+	}
+	npresent := 0
+	for i := range r.ok {
+		if idx := r.first + int64(i); e.present.get(idx) {
+			r.wanted[i], r.want[i] = true, e.crcs[idx]
+			npresent++
+		}
+	}
+	if npresent == 0 {
+		return nil, false, nil
+	}
+	e.pins++
+	s.touchLocked(e)
+	// A read check running (or asked for) counts this read; taken before
+	// the read, as its stamp was.
+	return e, e.wantReadCheck, e.readCheck
+}
+
+// readAndCheck reads r's present blocks from f into p in one pread, from
+// the first of them to the last, and checks each against its CRC.
+func (s *Store) readAndCheck(f *os.File, p []byte, r *blockRead) {
+	lo, hi := slices.Index(r.wanted, true), len(r.wanted)-1
+	for !r.wanted[hi] {
+		hi--
+	}
+	size := int64(len(p))
+	from, to := int64(lo)*s.blockSize, min(int64(hi+1)*s.blockSize, size)
+	n, rerr := f.ReadAt(p[from:to], r.first*s.blockSize+from)
+	if s.hooks.afterRead != nil {
+		s.hooks.afterRead()
+	}
+	for i := lo; i <= hi; i++ {
+		if !r.wanted[i] {
+			continue
+		}
+		bs, be := int64(i)*s.blockSize-from, min(int64(i+1)*s.blockSize, size)-from
+		switch {
+		case be <= int64(n) && crc32.Checksum(p[from+bs:from+be], castagnoli) == r.want[i]:
+			r.ok[i] = true
+		case be <= int64(n) || rerr != nil:
+			// Wrong bytes or bytes gone: a torn write, a power cut, a
+			// bad sector or a file truncated behind our back. Every
+			// block from where the read stopped is dropped, not just
+			// the first: a block left marked present is never
+			// rewritten (writes skip present blocks), so the
+			// cache would not heal; a healthy block after a bad
+			// sector costs one refetch instead.
+			r.corrupt[i] = true
+		}
+	}
+}
+
+// settleRead ends r of e (pinned), whose data file opened with err: it
+// drops the blocks found corrupt, records those found good for
+// Spliceable, forgets e if its file is lost, and unpins it.
+func (s *Store) settleRead(e *entry, r *blockRead, err error) {
 	s.mu.Lock()
 	var finish *entry
 	dropped := 0
-	for i := range ok {
-		if corrupt[i] && s.dropLocked(e, first+int64(i), want[i]) {
+	for i := range r.ok {
+		if r.corrupt[i] && s.dropLocked(e, r.first+int64(i), r.want[i]) {
 			dropped++
 		}
 	}
-	if stampErr == nil {
-		s.markCheckedLocked(e, stamp, first, ok, want)
+	if r.stamped {
+		s.markCheckedLocked(e, r.stamp, r.first, r.ok, r.want)
 	}
 	// The data file is gone (cache dir deleted?) or cannot be opened
 	// (its mode changed, an I/O error): forget the entry, so that its
@@ -167,7 +209,7 @@ func (s *Store) ReadBlocks(obj Key, first int64, p []byte, ok []bool) int {
 	s.mu.Unlock()
 	s.finishEvictions([]*entry{finish})
 	if dropped > 0 {
-		s.countCorrupt(e, dropped, first+int64(slices.Index(corrupt, true)))
+		s.countCorrupt(e, dropped, r.first+int64(slices.Index(r.corrupt, true)))
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -175,17 +217,22 @@ func (s *Store) ReadBlocks(obj Key, first int64, p []byte, ok []bool) int {
 	case lost:
 		s.logOnce("read: unreadable", "cache file cannot be opened; its blocks are fetched again", "object", e.obj.Name, "err", err)
 	}
+}
+
+// countHits counts the blocks of a read of n bytes that ok says were
+// filled as hits, the rest as misses, and returns how many were filled.
+func (s *Store) countHits(ok []bool, n int64) int {
 	filled, hit := 0, int64(0)
 	for i, good := range ok {
 		if good {
 			filled++
-			hit += min(int64(i+1)*s.blockSize, int64(len(p))) - int64(i)*s.blockSize
+			hit += min(int64(i+1)*s.blockSize, n) - int64(i)*s.blockSize
 		}
 	}
 	s.hitBlocks.Add(int64(filled))
 	s.hitBytes.Add(hit)
 	if missed := len(ok) - filled; missed > 0 {
-		s.countMissBlocks(missed, int64(len(p))-hit)
+		s.countMissBlocks(missed, n-hit)
 	}
 	return filled
 }
