@@ -2,13 +2,15 @@
 // bytes on local disk: the reason every epoch after the first runs at SSD
 // speed.
 //
-// Each object version gets one sparse data file, named only by the SHA-256
-// of (bucket ID, object name, version, size), so an object name never
-// becomes a path and nothing is written outside Config.Dir. The file is cut
-// into fixed-size blocks; a bitmap says which blocks are present and a
-// CRC32C per block is checked on every read. A bbolt index (Dir/v1/index.db)
-// keeps bitmaps, CRCs and access times across restarts; entries are evicted
-// whole, least recently used first, to stay under MaxSize and above MinFree.
+// Callers name an object version by a Key (name, version, size, as the
+// store gave them). Each gets one sparse data file, named only by the
+// SHA-256 of (Config.BucketID, name, version, size), so an object name
+// never becomes a path and nothing is written outside Config.Dir. The
+// file is cut into fixed-size blocks; a bitmap says which blocks are
+// present and a CRC32C per block is checked on every read. A bbolt index
+// (Dir/v1/index.db) keeps bitmaps, CRCs and access times across restarts;
+// entries are evicted whole, least recently used first, to stay under
+// MaxSize and above MinFree.
 //
 // Layout:
 //
@@ -38,8 +40,10 @@
 //
 // One process owns a Dir at a time (the index is locked); Open fails if
 // Dir cannot be created or is locked, and the caller may then run without
-// a disk cache. Entries left by another BucketID in a shared Dir count
-// toward the limit and age out by LRU.
+// a disk cache. A configuration it cannot use (sizes, a Dir other users
+// could change) fails with an error wrapping ErrInvalid. Entries left by
+// another BucketID in a shared Dir count toward the limit and age out by
+// LRU.
 //
 // # Files read without the store
 //
@@ -56,5 +60,7 @@
 // Serve bytes that differ from what WriteBlocksCRC was given for that object
 // version; write outside Dir; fail a read or a mount because the disk is
 // full, read-only, deleted or its index corrupt (it degrades to a miss and
-// logs once per kind of failure); hold its lock across disk I/O.
+// logs once per kind of failure); hold its lock across disk I/O; import
+// the store interface (ferry/bucket): readahead stands between the two,
+// and the cache knows objects only by Key.
 package filecache

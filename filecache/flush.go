@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -67,13 +68,44 @@ func (s *Store) flush() error {
 
 // flushOnce is one commit of flush. LOCKS_REQUIRED(flushMu)
 func (s *Store) flushOnce() error {
+	c := s.takePending()
+	s.unsynced = s.unsynced || c.newBlocks
+	if len(c.dels) == 0 && len(c.puts) == 0 && !(c.closing && s.unsynced) {
+		return nil
+	}
+	err := s.syncIfDue(c.closing)
+	if err == nil {
+		err = s.commit(&c)
+	}
+	if err != nil {
+		s.putBack(&c)
+		return fmt.Errorf("commit cache index: %w", err)
+	}
+	s.committed(c.dels)
+	return nil
+}
+
+// pendingCommit is what one commit takes from the store.
+type pendingCommit struct {
+	dels      [][]byte // keys to delete
+	puts      []pendingPut
+	newBlocks bool // blocks were written since the last commit
+	closing   bool // the store is closing: this is the last commit
+}
+
+// takePending takes the deletions and dirty entries waiting for a commit,
+// encoded, and marks them clean.
+func (s *Store) takePending() pendingCommit {
 	s.mu.Lock()
-	dels := make([][]byte, 0, len(s.deleted))
+	defer s.mu.Unlock()
+	c := pendingCommit{
+		dels: make([][]byte, 0, len(s.deleted)),
+		puts: make([]pendingPut, 0, len(s.dirty)),
+	}
 	for k := range s.deleted {
-		dels = append(dels, []byte(k))
+		c.dels = append(c.dels, []byte(k))
 	}
 	clear(s.deleted)
-	puts := make([]pendingPut, 0, len(s.dirty))
 	for k, e := range s.dirty {
 		p := pendingPut{e: e, key: []byte(k)}
 		if e.metaDirty {
@@ -87,88 +119,95 @@ func (s *Store) flushOnce() error {
 			binary.LittleEndian.PutUint64(p.atime[:], uint64(e.atime))
 		}
 		e.metaDirty, e.atimeDirty = false, false
-		puts = append(puts, p)
+		c.puts = append(c.puts, p)
 	}
 	clear(s.dirty)
-	newBlocks := s.dirtyBlocks > 0
+	c.newBlocks = s.dirtyBlocks > 0
 	s.dirtyBlocks = 0
-	closing := s.closed
-	s.mu.Unlock()
+	c.closing = s.closed
+	return c
+}
 
-	s.unsynced = s.unsynced || newBlocks
-	if len(dels) == 0 && len(puts) == 0 && !(closing && s.unsynced) {
+// syncIfDue flushes the data files written since the last sync, if
+// syncEvery has passed since or the store is closing.
+// LOCKS_REQUIRED(flushMu)
+func (s *Store) syncIfDue(closing bool) error {
+	if !s.unsynced || (!closing && time.Since(s.lastSync) < s.syncEvery) {
 		return nil
 	}
-	var err error
-	if s.unsynced && (closing || time.Since(s.lastSync) >= s.syncEvery) {
-		// One syncfs covers every data file written since the last one,
-		// where an fsync per file would cost one flush each.
-		if serr := s.hooks.syncData(s.dirFile); serr != nil {
-			err = fmt.Errorf("sync cache data: %w", serr)
-		} else {
-			s.unsynced, s.lastSync = false, time.Now()
-		}
+	// One syncfs covers every data file written since the last one,
+	// where an fsync per file would cost one flush each.
+	if err := s.hooks.syncData(s.dirFile); err != nil {
+		return fmt.Errorf("sync cache data: %w", err)
 	}
-	if err == nil {
-		err = guard(func() error {
-			return s.db.Update(func(tx *bolt.Tx) error {
-				if s.hooks.inCommit != nil {
-					s.hooks.inCommit()
+	s.unsynced, s.lastSync = false, time.Now()
+	return nil
+}
+
+// commit writes c to the index in one transaction. LOCKS_REQUIRED(flushMu)
+func (s *Store) commit(c *pendingCommit) error {
+	return guard(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			if s.hooks.inCommit != nil {
+				s.hooks.inCommit()
+			}
+			eb, ab := tx.Bucket(entriesBucket), tx.Bucket(atimeBucket)
+			for _, k := range c.dels {
+				if err := eb.Delete(k); err != nil {
+					return err
 				}
-				eb, ab := tx.Bucket(entriesBucket), tx.Bucket(atimeBucket)
-				for _, k := range dels {
-					if err := eb.Delete(k); err != nil {
-						return err
-					}
-					if err := ab.Delete(k); err != nil {
-						return err
-					}
-				}
-				for _, p := range puts {
-					if p.meta != nil {
-						if err := eb.Put(p.key, p.meta); err != nil {
-							return err
-						}
-					}
-					if p.writeAtime {
-						if err := ab.Put(p.key, p.atime[:]); err != nil {
-							return err
-						}
-					}
-				}
-				return nil
-			})
-		})
-	}
-	if err == nil {
-		s.mu.Lock()
-		for _, k := range dels {
-			if d := s.deleting[string(k)]; d != nil {
-				d.committed = true
-				if d.unlinked {
-					delete(s.deleting, string(k))
+				if err := ab.Delete(k); err != nil {
+					return err
 				}
 			}
-		}
-		s.mu.Unlock()
-		return nil
-	}
+			for _, p := range c.puts {
+				if p.meta != nil {
+					if err := eb.Put(p.key, p.meta); err != nil {
+						return err
+					}
+				}
+				if p.writeAtime {
+					if err := ab.Put(p.key, p.atime[:]); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// committed records that the deletions of keys dels are committed.
+func (s *Store) committed(dels [][]byte) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, k := range dels {
+		if d := s.deleting[string(k)]; d != nil {
+			d.committed = true
+			if d.unlinked {
+				delete(s.deleting, string(k))
+			}
+		}
+	}
+}
+
+// putBack returns the work of a failed commit to the store, for the next.
+func (s *Store) putBack(c *pendingCommit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range c.dels {
 		s.deleted[string(k)] = struct{}{}
 	}
-	for _, p := range puts {
+	for _, p := range c.puts {
 		if p.e.live {
 			p.e.metaDirty = p.e.metaDirty || p.meta != nil
 			p.e.atimeDirty = true
 			s.dirty[p.e.key] = p.e
 		}
 	}
-	if newBlocks {
+	if c.newBlocks {
 		s.dirtyBlocks++
 	}
-	s.mu.Unlock()
-	return fmt.Errorf("commit cache index: %w", err)
 }
 
 // logOnce logs msg the first time kind fails.
@@ -180,4 +219,54 @@ func (s *Store) logOnce(kind, msg string, args ...any) {
 	if first {
 		s.log.Error(msg, args...)
 	}
+}
+
+// freshIndex moves the damaged index aside (logging msg) and opens an
+// empty one in its place.
+func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
+	path := filepath.Join(s.dir, "index.db")
+	if err := moveAside(path, s.log.Error, msg, why); err != nil {
+		return nil, err
+	}
+	db, _, _, err := tryOpenIndex(path)
+	if err != nil {
+		return nil, fmt.Errorf("open cache index %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// rebuildIndex replaces an index that a commit found damaged with a fresh
+// one and marks every entry for the next commit: the index only mirrors
+// what memory holds, so nothing cached is lost. If that fails, s.db is
+// left nil and the next flush tries again. LOCKS_REQUIRED(flushMu)
+func (s *Store) rebuildIndex(why error) error {
+	// The damaged handle is dropped, not closed: a panic inside a write
+	// transaction can leave bbolt's writer lock held (it reads the meta
+	// page after taking it, with no deferred unlock), and Close would
+	// then wait for it forever. Its descriptor and map are leaked, once;
+	// its flock is on the file moved aside (our own lock is v1/lock).
+	s.db = nil
+	db, err := s.freshIndex("cache index damaged; moving it aside and writing it again from memory", why)
+	if err != nil {
+		return err
+	}
+	s.db = db
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.entries {
+		if e.live {
+			e.metaDirty, e.atimeDirty = true, true
+			s.dirty[k] = e
+		}
+	}
+	// The new index holds none of the evicted keys: their deletions are
+	// committed.
+	for k, d := range s.deleting {
+		d.committed = true
+		if d.unlinked {
+			delete(s.deleting, k)
+		}
+	}
+	clear(s.deleted)
+	return nil
 }

@@ -19,115 +19,163 @@ import (
 func TestRandomOperations(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 99))
-			dir := t.TempDir()
-			cfg := Config{Dir: dir, MaxSize: 24 * testBS, Splice: true}
-			h := hooks{maxOpen: 3}
-			s := openT(t, cfg, h)
-			var objs []Key
-			for i := 0; i < 8; i++ {
-				objs = append(objs, obj(fmt.Sprintf("o%d", i), uint64(r.IntN(10*testBS)+1)))
-			}
-			// written[o][i]: written since the last loss we know of.
-			written := map[Key]map[int64]bool{}
-			for _, o := range objs {
-				written[o] = map[int64]bool{}
-			}
-			handedOut := 0
+			m := newRandomModel(t, seed)
 			for step := 0; step < 500; step++ {
-				o := objs[r.IntN(len(objs))]
-				nb := numBlocks(o.Size, testBS)
-				switch op := r.IntN(11); {
+				o := m.objs[m.r.IntN(len(m.objs))]
+				switch op := m.r.IntN(11); {
 				case op < 4:
-					first := r.Int64N(nb)
-					count := r.Int64N(min(4, nb-first)) + 1
-					n := s.WriteBlocks(o, first, blocksData(o, first, count, testBS))
-					require.LessOrEqual(t, int64(n), count)
-					for i := first; i < first+int64(n); i++ {
-						written[o][i] = true
-					}
+					m.write(o)
 				case op < 7:
-					idx := r.Int64N(nb)
-					if readOK(t, s, o, idx) {
-						require.True(t, written[o][idx], "a block never written was served")
-						// Now checked: part of it may be spliced.
-						off := idx*testBS + r.Int64N(min(testBS, int64(o.Size)-idx*testBS))
-						n := min(r.Int64N(testBS)+1, int64(o.Size)-off, (idx+1)*testBS-off)
-						if spliceOK(t, s, o, off, n) {
-							handedOut++
-						}
-					}
+					m.readThenSplice(o)
 				case op < 8:
-					// A range handed out to splice holds the object's
-					// bytes, of blocks written.
-					// Mostly within a block, as most reads are.
-					off := r.Int64N(int64(o.Size))
-					n := min(r.Int64N(testBS)+1, int64(o.Size)-off)
-					if r.IntN(4) == 0 {
-						n = r.Int64N(int64(o.Size)-off) + 1
-					}
-					if spliceOK(t, s, o, off, n) {
-						handedOut++
-						for i := off / testBS; i <= (off+n-1)/testBS; i++ {
-							require.True(t, written[o][i], "a block never written was handed out")
-						}
-					}
+					m.splice(o)
 				case op < 9:
-					// Corrupt one present block on disk.
-					s.mu.Lock()
-					e := s.entries[s.keyFor(o)]
-					var path string
-					var idx int64 = -1
-					if e != nil {
-						path = e.path
-						for i := int64(0); i < e.nblocks; i++ {
-							if e.present.get(i) {
-								idx = i
-							}
-						}
-					}
-					s.mu.Unlock()
-					if idx >= 0 {
-						f, err := os.OpenFile(path, os.O_RDWR, 0)
-						require.NoError(t, err)
-						_, err = f.WriteAt([]byte{byte(r.Uint32()) | 1, 0xff}, idx*testBS)
-						require.NoError(t, err)
-						f.Close()
-						assert.False(t, readOK(t, s, o, idx))
-						assert.False(t, s.HasBlock(o, idx))
-						written[o][idx] = false
-					}
+					m.corrupt(o)
 				case op < 10:
-					// Ask reads to check it; if they have, its bytes
-					// are the object's.
-					if w, ok := s.Whole(o); ok {
-						if w.Checked() {
-							got, err := io.ReadAll(io.NewSectionReader(w.File(), 0, int64(o.Size)))
-							require.NoError(t, err)
-							require.Equal(t, blocksData(o, 0, nb, testBS), got, "Checked, with other bytes")
-						}
-						w.CheckAsRead()
-						w.Release()
-					}
-				case r.IntN(3) == 0:
+					m.checkAsRead(o)
+				case m.r.IntN(3) == 0:
 					// Reopen (every 33 steps or so: what reads check
 					// is forgotten with it).
-					require.NoError(t, s.Close())
-					s = openT(t, cfg, h)
+					require.NoError(t, m.s.Close())
+					m.s = openT(t, m.cfg, m.h)
 				}
-				s.checkInvariants(t)
-				require.LessOrEqual(t, s.Stats().UsedBytes, cfg.MaxSize)
-				// Present implies written.
-				for _, o := range objs {
-					for i := int64(0); i < numBlocks(o.Size, testBS); i++ {
-						if s.HasBlock(o, i) {
-							require.True(t, written[o][i], "%s block %d present but not written", o.Name, i)
-						}
-					}
-				}
+				m.check()
 			}
-			t.Logf("ranges handed out to splice: %d", handedOut)
+			t.Logf("ranges handed out to splice: %d", m.handedOut)
 		})
+	}
+}
+
+// randomModel is TestRandomOperations' store, and what it knows of it.
+type randomModel struct {
+	t    *testing.T
+	r    *rand.Rand
+	cfg  Config
+	h    hooks
+	s    *Store
+	objs []Key
+	// written[o][i]: written since the last loss we know of.
+	written   map[Key]map[int64]bool
+	handedOut int // ranges Spliceable handed out
+}
+
+func newRandomModel(t *testing.T, seed uint64) *randomModel {
+	r := rand.New(rand.NewPCG(seed, 99))
+	cfg := Config{Dir: t.TempDir(), MaxSize: 24 * testBS, Splice: true}
+	h := hooks{maxOpen: 3}
+	m := &randomModel{t: t, r: r, cfg: cfg, h: h, s: openT(t, cfg, h), written: map[Key]map[int64]bool{}}
+	for i := 0; i < 8; i++ {
+		m.objs = append(m.objs, obj(fmt.Sprintf("o%d", i), uint64(r.IntN(10*testBS)+1)))
+	}
+	for _, o := range m.objs {
+		m.written[o] = map[int64]bool{}
+	}
+	return m
+}
+
+// write writes up to 4 blocks of o, from a random one.
+func (m *randomModel) write(o Key) {
+	nb := numBlocks(o.Size, testBS)
+	first := m.r.Int64N(nb)
+	count := m.r.Int64N(min(4, nb-first)) + 1
+	n := m.s.WriteBlocks(o, first, blocksData(o, first, count, testBS))
+	require.LessOrEqual(m.t, int64(n), count)
+	for i := first; i < first+int64(n); i++ {
+		m.written[o][i] = true
+	}
+}
+
+// readThenSplice reads a random block of o and, if it was a hit, asks to
+// splice part of it.
+func (m *randomModel) readThenSplice(o Key) {
+	idx := m.r.Int64N(numBlocks(o.Size, testBS))
+	if !readOK(m.t, m.s, o, idx) {
+		return
+	}
+	require.True(m.t, m.written[o][idx], "a block never written was served")
+	// Now checked: part of it may be spliced.
+	off := idx*testBS + m.r.Int64N(min(testBS, int64(o.Size)-idx*testBS))
+	n := min(m.r.Int64N(testBS)+1, int64(o.Size)-off, (idx+1)*testBS-off)
+	if spliceOK(m.t, m.s, o, off, n) {
+		m.handedOut++
+	}
+}
+
+// splice asks to splice a random range of o: one handed out holds the
+// object's bytes, of blocks written.
+func (m *randomModel) splice(o Key) {
+	// Mostly within a block, as most reads are.
+	off := m.r.Int64N(int64(o.Size))
+	n := min(m.r.Int64N(testBS)+1, int64(o.Size)-off)
+	if m.r.IntN(4) == 0 {
+		n = m.r.Int64N(int64(o.Size)-off) + 1
+	}
+	if !spliceOK(m.t, m.s, o, off, n) {
+		return
+	}
+	m.handedOut++
+	for i := off / testBS; i <= (off+n-1)/testBS; i++ {
+		require.True(m.t, m.written[o][i], "a block never written was handed out")
+	}
+}
+
+// corrupt damages the last present block of o on disk: reads must then
+// miss it, and it is no longer present.
+func (m *randomModel) corrupt(o Key) {
+	s := m.s
+	s.mu.Lock()
+	e := s.entries[s.keyFor(o)]
+	var path string
+	var idx int64 = -1
+	if e != nil {
+		path = e.path
+		for i := int64(0); i < e.nblocks; i++ {
+			if e.present.get(i) {
+				idx = i
+			}
+		}
+	}
+	s.mu.Unlock()
+	if idx < 0 {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(m.t, err)
+	_, err = f.WriteAt([]byte{byte(m.r.Uint32()) | 1, 0xff}, idx*testBS)
+	require.NoError(m.t, err)
+	f.Close()
+	assert.False(m.t, readOK(m.t, s, o, idx))
+	assert.False(m.t, s.HasBlock(o, idx))
+	m.written[o][idx] = false
+}
+
+// checkAsRead asks reads to check o, if it is whole; if they have, its
+// bytes are the object's.
+func (m *randomModel) checkAsRead(o Key) {
+	w, ok := m.s.Whole(o)
+	if !ok {
+		return
+	}
+	if w.Checked() {
+		got, err := io.ReadAll(io.NewSectionReader(w.File(), 0, int64(o.Size)))
+		require.NoError(m.t, err)
+		require.Equal(m.t, blocksData(o, 0, numBlocks(o.Size, testBS), testBS), got, "Checked, with other bytes")
+	}
+	w.CheckAsRead()
+	w.Release()
+}
+
+// check checks the store's invariants, its limit, and that every block
+// present was written.
+func (m *randomModel) check() {
+	m.s.checkInvariants(m.t)
+	require.LessOrEqual(m.t, m.s.Stats().UsedBytes, m.cfg.MaxSize)
+	for _, o := range m.objs {
+		for i := int64(0); i < numBlocks(o.Size, testBS); i++ {
+			if m.s.HasBlock(o, i) {
+				require.True(m.t, m.written[o][i], "%s block %d present but not written", o.Name, i)
+			}
+		}
 	}
 }
 

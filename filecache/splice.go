@@ -1,7 +1,6 @@
 package filecache
 
 import (
-	"errors"
 	"os"
 	"sync"
 )
@@ -30,9 +29,6 @@ import (
 // timestamps, within one tick of the last change). Nor a write by someone
 // else while one of the store's own writes to the file is under way
 // (between the fstats around it), which the store takes for its own.
-
-// errNoStamp: no stamp was taken.
-var errNoStamp = errors.New("filecache: no stamp")
 
 // markCheckedLocked records the blocks of e that ReadBlocks read from
 // first on (ok[i]: block first+i passed its CRC, want[i]) while the data

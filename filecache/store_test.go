@@ -3,22 +3,18 @@ package filecache
 import (
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 func TestValidateBlockSize(t *testing.T) {
@@ -189,127 +185,6 @@ func TestMinFreeHonoured(t *testing.T) {
 	assert.Positive(t, s.Stats().Evictions)
 }
 
-func TestIntegrityFlippedByte(t *testing.T) {
-	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir}, hooks{})
-	o := obj("x", 4*testBS)
-	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
-	s.mu.Lock()
-	path := s.entries[s.keyFor(o)].path
-	s.mu.Unlock()
-
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	b := make([]byte, 1)
-	_, err = f.ReadAt(b, testBS+123)
-	require.NoError(t, err)
-	b[0] ^= 0x40
-	_, err = f.WriteAt(b, testBS+123)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-
-	assert.True(t, readOK(t, s, o, 0))
-	assert.False(t, readOK(t, s, o, 1), "corrupt block is never served")
-	assert.False(t, s.HasBlock(o, 1), "and is dropped")
-	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
-	assert.True(t, readOK(t, s, o, 2))
-
-	// A fresh write repairs it.
-	require.Equal(t, 1, s.WriteBlocks(o, 1, blockData(o, 1, testBS)))
-	assert.True(t, readOK(t, s, o, 1))
-	s.checkInvariants(t)
-
-	// Truncation behind our back (a lost tail) is caught the same way.
-	require.NoError(t, os.Truncate(path, 3*testBS+5))
-	assert.False(t, readOK(t, s, o, 3))
-	assert.EqualValues(t, 2, s.Stats().CorruptBlocks)
-	s.checkInvariants(t)
-}
-
-// TestReadBlocksStoppedShort: when one read of a run stops early (here a
-// file truncated behind our back), the blocks before are served and every
-// block from the stop on is dropped, so that the next write of them
-// repairs the cache (WriteBlocks skips blocks still marked present).
-func TestReadBlocksStoppedShort(t *testing.T) {
-	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
-	o := obj("x", 8*testBS)
-	require.Equal(t, 8, s.WriteBlocks(o, 0, blocksData(o, 0, 8, testBS)))
-	s.mu.Lock()
-	path := s.entries[s.keyFor(o)].path
-	s.mu.Unlock()
-	require.NoError(t, os.Truncate(path, 3*testBS+100))
-
-	ok := make([]bool, 8)
-	assert.Equal(t, 3, s.ReadBlocks(o, 0, make([]byte, 8*testBS), ok))
-	assert.Equal(t, []bool{true, true, true, false, false, false, false, false}, ok)
-	for i := int64(3); i < 8; i++ {
-		assert.False(t, s.HasBlock(o, i), "block %d is dropped", i)
-	}
-	assert.EqualValues(t, 5, s.Stats().CorruptBlocks)
-	assert.Equal(t, 5, s.WriteBlocks(o, 3, blocksData(o, 3, 5, testBS)), "and written again")
-	for i := int64(0); i < 8; i++ {
-		assert.True(t, readOK(t, s, o, i), "block %d", i)
-	}
-	s.checkInvariants(t)
-}
-
-// TestWriteBlocksCRC: CRCs given by the caller are recorded as they are,
-// so the caller's checksum of what it fetched is what reads check; a wrong
-// one can only make the block fail its check, never serve other bytes.
-func TestWriteBlocksCRC(t *testing.T) {
-	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
-	o := obj("x", 3*testBS+10)
-	p := blocksData(o, 0, 4, testBS)
-	crcs := make([]uint32, 4)
-	for i := range crcs {
-		crcs[i] = crc32.Checksum(p[i*testBS:min((i+1)*testBS, len(p))], castagnoli)
-	}
-	crcs[2] ^= 1 // a wrong one
-	require.Equal(t, 4, s.WriteBlocksCRC(o, 0, p, crcs[:3]), "the last computed here")
-	assert.True(t, readOK(t, s, o, 0))
-	assert.True(t, readOK(t, s, o, 1))
-	assert.False(t, readOK(t, s, o, 2), "fails its check")
-	assert.True(t, readOK(t, s, o, 3))
-	s.checkInvariants(t)
-}
-
-// TestReadBlocks: one read of several blocks fills exactly the present,
-// intact ones; a corrupt block among them is dropped, the others served.
-func TestReadBlocks(t *testing.T) {
-	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
-	o := obj("x", 8*testBS+10) // 9 blocks, the last short
-	require.Equal(t, 3, s.WriteBlocks(o, 1, blocksData(o, 1, 3, testBS)))
-	require.Equal(t, 3, s.WriteBlocks(o, 6, blocksData(o, 6, 3, testBS)))
-	s.mu.Lock()
-	path := s.entries[s.keyFor(o)].path
-	s.mu.Unlock()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	_, err = f.WriteAt([]byte{0xff, 0x00, 0xff}, 2*testBS+77) // block 2
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-
-	all := blocksData(o, 0, 9, testBS)
-	p := make([]byte, len(all))
-	ok := make([]bool, 9)
-	assert.Equal(t, 5, s.ReadBlocks(o, 0, p, ok))
-	assert.Equal(t, []bool{false, true, false, true, false, false, true, true, true}, ok)
-	for i, good := range ok {
-		if good {
-			lo, hi := i*testBS, min((i+1)*testBS, len(all))
-			assert.Equal(t, all[lo:hi], p[lo:hi], "block %d", i)
-		}
-	}
-	assert.False(t, s.HasBlock(o, 2), "the corrupt block is dropped")
-	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
-
-	// Wrong lengths read nothing.
-	assert.Zero(t, s.ReadBlocks(o, 0, p[:len(p)-1], ok))
-	assert.Zero(t, s.ReadBlocks(o, 6, make([]byte, 3*testBS), make([]bool, 3)), "block 8 is short")
-	assert.Equal(t, 2, s.ReadBlocks(o, 6, make([]byte, 2*testBS), make([]bool, 2)))
-	s.checkInvariants(t)
-}
-
 func TestOrphanAndMissingFileCleanup(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, Config{Dir: dir}, hooks{})
@@ -422,160 +297,6 @@ func TestIndexLockedByAnotherStore(t *testing.T) {
 	assert.Error(t, err, "two stores must not share a directory")
 }
 
-func TestWriteErrorsDegradeGracefully(t *testing.T) {
-	dir := t.TempDir()
-	var fail error
-	write := func(f *os.File, p []byte, off int64) (int, error) {
-		if fail != nil {
-			// Half the data lands before the failure.
-			n, _ := f.WriteAt(p[:len(p)/2], off)
-			return n, &os.PathError{Op: "write", Path: f.Name(), Err: fail}
-		}
-		return f.WriteAt(p, off)
-	}
-	rec := &recorder{}
-	s := openT(t, Config{Dir: dir, Logger: slog.New(rec)}, hooks{writeAt: write})
-	o := obj("o", 8*testBS)
-	require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
-
-	fail = syscall.EROFS
-	for i := 0; i < 3; i++ {
-		assert.Equal(t, 1, s.WriteBlocks(o, 2, blocksData(o, 2, 3, testBS)), "blocks written before the error count")
-		assert.Zero(t, s.WriteBlocks(o, 6, blocksData(o, 6, 1, testBS)))
-	}
-	fail = syscall.ENOSPC
-	assert.Zero(t, s.WriteBlocks(o, 7, blocksData(o, 7, 1, testBS)))
-	assert.Zero(t, s.WriteBlocks(o, 7, blocksData(o, 7, 1, testBS)))
-	assert.EqualValues(t, 8, s.Stats().WriteErrors)
-	assert.Len(t, rec.errors(), 2, "logged once per kind: %v", rec.errors())
-
-	// XXX.....
-	for i := int64(0); i < 8; i++ {
-		assert.Equal(t, i < 3, readOK(t, s, o, i), i)
-	}
-	fail = nil
-	assert.Equal(t, 5, s.WriteBlocks(o, 3, blocksData(o, 3, 5, testBS)))
-	s.checkInvariants(t)
-}
-
-// TestConcurrentFirstWrites: the write that creates an object's file
-// finishing after another write to the same new file must not forget the
-// other's blocks (it did: epoch 2 of an e2e test refetched them).
-func TestConcurrentFirstWrites(t *testing.T) {
-	started, release := make(chan struct{}), make(chan struct{})
-	write := func(f *os.File, p []byte, off int64) (int, error) {
-		if off == 0 {
-			close(started)
-			<-release
-		}
-		return f.WriteAt(p, off)
-	}
-	s := openT(t, Config{Dir: t.TempDir()}, hooks{writeAt: write})
-	o := obj("o", 4*testBS)
-	first := make(chan int)
-	go func() { first <- s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)) }()
-	<-started // the first write created the file and is writing
-	assert.Equal(t, 2, s.WriteBlocks(o, 2, blocksData(o, 2, 2, testBS)))
-	close(release)
-	assert.Equal(t, 2, <-first)
-	for i := int64(0); i < 4; i++ {
-		assert.True(t, readOK(t, s, o, i), "block %d", i)
-	}
-	s.checkInvariants(t)
-}
-
-// alignedBlocks returns blocksData copied into a page-aligned buffer, as
-// readahead's pooled part buffers are.
-func alignedBlocks(o Key, first, count int64) []byte {
-	src := blocksData(o, first, count, testBS)
-	buf := make([]byte, len(src)+directAlign)
-	skip := (directAlign - int(uintptr(unsafe.Pointer(&buf[0]))%directAlign)) % directAlign
-	p := buf[skip : skip+len(src)]
-	copy(p, src)
-	return p
-}
-
-func isDirect(f *os.File) bool {
-	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-	return err == nil && fl&unix.O_DIRECT != 0
-}
-
-// TestConcurrentWritesDoNotOverEvict: a write that commits while another
-// write to the same object is in flight must not count the other's blocks
-// (already on disk, still reserved) twice and evict entries the limit
-// does not require evicting. (Found in review: with 16 parts of one object
-// in flight, each commit evicted about the others' size.)
-func TestConcurrentWritesDoNotOverEvict(t *testing.T) {
-	held, release := make(chan struct{}), make(chan struct{})
-	write := func(f *os.File, p []byte, off int64) (int, error) {
-		n, err := f.WriteAt(p, off)
-		if off == 17*testBS {
-			close(held)
-			<-release // written, not yet committed
-		}
-		return n, err
-	}
-	s := openT(t, Config{Dir: t.TempDir(), MaxSize: 1 << 20}, hooks{writeAt: write, statfs: func(string) (int64, int64, error) {
-		return 1 << 40, 1 << 40, nil
-	}})
-	a, e := obj("a", 220*testBS), obj("e", 64*testBS)
-	require.Equal(t, 220, s.WriteBlocks(a, 0, blocksData(a, 0, 220, testBS)))
-	require.Equal(t, 1, s.WriteBlocks(e, 0, blocksData(e, 0, 1, testBS)))
-
-	second := make(chan int)
-	go func() { second <- s.WriteBlocks(e, 17, blocksData(e, 17, 16, testBS)) }()
-	<-held
-	assert.Equal(t, 16, s.WriteBlocks(e, 1, blocksData(e, 1, 16, testBS)))
-	close(release)
-	assert.Equal(t, 16, <-second)
-
-	assert.Zero(t, s.Stats().Evictions, "used+reserved never passed the limit")
-	assert.True(t, s.HasBlock(a, 0), "a is still cached")
-	assert.LessOrEqual(t, s.Stats().UsedBytes, int64(1<<20))
-	s.checkInvariants(t)
-}
-
-// TestDirectWrites: aligned blocks bypass the page cache; an object's short
-// last block and a volume refusing O_DIRECT use it; every byte reads back.
-func TestDirectWrites(t *testing.T) {
-	var mu sync.Mutex
-	var direct, buffered int
-	refuse := false
-	write := func(f *os.File, p []byte, off int64) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if isDirect(f) {
-			if refuse {
-				return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.EINVAL}
-			}
-			direct += len(p)
-		} else {
-			buffered += len(p)
-		}
-		return f.WriteAt(p, off)
-	}
-	s := openT(t, Config{Dir: t.TempDir()}, hooks{writeAt: write})
-	o := obj("o", 8*testBS+100)
-	require.Equal(t, 4, s.WriteBlocks(o, 0, alignedBlocks(o, 0, 4)))
-	assert.Equal(t, 4*testBS, direct)
-	assert.Zero(t, buffered)
-	require.Equal(t, 5, s.WriteBlocks(o, 4, alignedBlocks(o, 4, 5)), "up to the short last block")
-	assert.Equal(t, 8*testBS, direct)
-	assert.Equal(t, 100, buffered, "the short last block")
-
-	refuse = true
-	o2 := obj("o2", 4*testBS)
-	require.Equal(t, 4, s.WriteBlocks(o2, 0, alignedBlocks(o2, 0, 4)))
-	assert.Equal(t, 100+4*testBS, buffered, "refused: through the page cache")
-	assert.True(t, s.noDirect.Load())
-	for _, ob := range []Key{o, o2} {
-		for i := int64(0); i < numBlocks(ob.Size, testBS); i++ {
-			assert.True(t, readOK(t, s, ob, i), "%s block %d", ob.Name, i)
-		}
-	}
-	s.checkInvariants(t)
-}
-
 func TestCacheDirUnusable(t *testing.T) {
 	dir := t.TempDir()
 	rec := &recorder{}
@@ -637,47 +358,6 @@ func TestCacheDirDeletedWhileRunning(t *testing.T) {
 	c := obj("c", 2*testBS)
 	assert.Zero(t, s.WriteBlocks(c, 0, blocksData(c, 0, 2, testBS)), "the first store stays out of it")
 	assert.True(t, readOK(t, s2, a, 1))
-}
-
-func TestENOSPC(t *testing.T) {
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
-		t.Skipf("cannot mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	cache := filepath.Join(dir, "cache")
-	rec := &recorder{}
-	// Lie about free space so writes really hit ENOSPC.
-	lie := func(string) (int64, int64, error) { return 1 << 40, 1 << 40, nil }
-	s := openT(t, Config{Dir: cache, MaxSize: 1 << 30, BlockSize: 64 << 10, Logger: slog.New(rec)}, hooks{statfs: lie})
-	var objs []Key
-	full := false
-	for i := 0; i < 40 && !full; i++ {
-		o := obj(fmt.Sprintf("o%d", i), 4*64<<10)
-		objs = append(objs, o)
-		full = s.WriteBlocks(o, 0, blocksData(o, 0, 4, 64<<10)) < 4
-	}
-	require.True(t, full, "2 MiB must fill up")
-	assert.Positive(t, s.Stats().WriteErrors)
-	assert.Len(t, rec.errors(), 1)
-	for _, o := range objs {
-		for i := int64(0); i < 4; i++ {
-			readOK(t, s, o, i)
-		}
-	}
-	assert.True(t, readOK(t, s, objs[0], 0))
-	require.NoError(t, s.Close())
-
-	// Reopened on the full volume, with the real statfs and a floor: it
-	// evicts to get above the floor and works again.
-	s = openT(t, Config{Dir: cache, MaxSize: 1 << 30, MinFree: 512 << 10, BlockSize: 64 << 10}, hooks{})
-	free, _, err := realStatfs(cache)
-	require.NoError(t, err)
-	assert.GreaterOrEqual(t, free, int64(512<<10))
-	o := obj("after", 2*64<<10)
-	assert.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, 64<<10)))
-	assert.True(t, readOK(t, s, o, 1))
-	s.checkInvariants(t)
 }
 
 func TestMetrics(t *testing.T) {
@@ -744,55 +424,6 @@ ferry_cache_spliced_bytes_total 4096
 	assert.False(t, errors.Is(err, ErrInvalid))
 }
 
-func TestEvictWhileReading(t *testing.T) {
-	dir := t.TempDir()
-	var s *Store
-	a, b := obj("a", 4*testBS), obj("b", 4*testBS)
-	evictA := func() {
-		// Fill the cache with b: a, the least recently used, must go.
-		require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
-		require.False(t, s.HasBlock(a, 0))
-	}
-	s = openT(t, Config{Dir: dir, MaxSize: 5 * testBS}, hooks{})
-	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
-	aPath := s.pathFor(s.keyFor(a))
-	s.hooks.beforeRead = func() {
-		s.hooks.beforeRead = nil
-		evictA()
-		_, err := os.Stat(aPath)
-		assert.NoError(t, err, "a pinned file is not unlinked under its reader")
-	}
-	// The read started before the eviction: its bytes are a's (CRC
-	// checked) or it misses; never anything else.
-	readOK(t, s, a, 2)
-	_, err := os.Stat(aPath)
-	assert.ErrorIs(t, err, os.ErrNotExist, "the last reader unlinks")
-	assert.False(t, readOK(t, s, a, 2))
-	assert.Zero(t, s.WriteBlocks(a, 0, blocksData(a, 0, 1, testBS)), "no new file until the deletion is committed")
-	require.NoError(t, s.flush())
-	s.checkInvariants(t)
-	assert.Empty(t, s.deleting)
-	assert.Equal(t, 1, s.WriteBlocks(a, 0, blocksData(a, 0, 1, testBS)))
-	assert.True(t, readOK(t, s, a, 0))
-	assert.True(t, s.HasBlock(b, 0), "4+1 blocks fit")
-	s.checkInvariants(t)
-	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
-}
-
-func TestNoEmptyEntryWhenNothingFits(t *testing.T) {
-	dir := t.TempDir()
-	// Half a block free above the floor: not even one block fits.
-	free := hooks{statfs: func(string) (int64, int64, error) { return 1<<20 + testBS/2, 1 << 30, nil }}
-	s := openT(t, Config{Dir: dir, MinFree: 1 << 20}, free)
-	o := obj("o", 4*testBS)
-	assert.Zero(t, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
-	assert.Zero(t, s.Stats().Entries)
-	s.checkInvariants(t)
-	require.NoError(t, s.Close())
-	s = openT(t, Config{Dir: dir}, hooks{})
-	assert.Zero(t, s.Stats().Entries, "nothing persisted either")
-}
-
 func TestFailedCommitIsRetried(t *testing.T) {
 	dir := t.TempDir()
 	var fail error
@@ -838,22 +469,4 @@ func TestBucketIDsShareADir(t *testing.T) {
 	s = openT(t, Config{Dir: dir, BucketID: "gs://a"}, hooks{})
 	assert.False(t, s.HasBlock(o, 0))
 	assert.False(t, s.HasBlock(other, 0), "b's object is not a's")
-}
-
-// TestWillRead: the read advice touches no state: unknown objects and
-// empty ranges are ignored, and a cached entry reads back unchanged.
-func TestWillRead(t *testing.T) {
-	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
-	o := obj("o", 4*testBS)
-	s.WillRead(o, 0, 4) // not cached yet: nothing to advise
-	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
-	before := s.Stats()
-	s.WillRead(o, 1, 3)
-	s.WillRead(o, 0, 0)
-	s.WillRead(Key{}, 0, 1)
-	assert.Equal(t, before, s.Stats(), "advice counts as neither hit nor miss")
-	for i := range int64(4) {
-		assert.True(t, readOK(t, s, o, i))
-	}
-	s.checkInvariants(t)
 }

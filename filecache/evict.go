@@ -1,0 +1,147 @@
+package filecache
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"time"
+)
+
+// makeRoomLocked evicts least recently used entries other than keep until
+// need more bytes fit under the limit and above the free-space floor, or
+// nothing is left to evict. avail is the volume's free space as last
+// measured. It returns the evicted entries that must be finished outside
+// the lock, and a test for whether n bytes now fit.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) makeRoomLocked(need int64, keep *entry, avail int64) ([]*entry, func(int64) bool) {
+	// Evicted bytes count as free at once (pendingFree): the unlink
+	// happens outside the lock, maybe later if the file is pinned.
+	// A floor of 0 still keeps writes within the free space: with a
+	// --cache-size above what the volume has left, a full disk would
+	// otherwise fail every write (and index commit) with ENOSPC while
+	// nothing is evicted.
+	// Files handed out whole (whole.go) are read for as long as they are
+	// held: they are not evicted (that would free nothing), and if
+	// evicted all the same (Drop) they count until released.
+	fit := func(n int64) bool {
+		return s.used+s.heldEvicted+s.reserved+n <= s.limit &&
+			avail+s.pendingFree-s.heldEvicted-s.reserved-n >= s.minFree
+	}
+	var victims []*entry
+	for el := s.lru.Back(); el != nil && !fit(need); {
+		e := el.Value.(*entry)
+		el = el.Prev()
+		if e == keep || e.holds > 0 {
+			continue
+		}
+		if v := s.evictLocked(e); v != nil {
+			victims = append(victims, v)
+		}
+	}
+	return victims, fit
+}
+
+// evictLocked removes e from the live set and the index. It returns e if
+// nobody has it pinned, and the caller must then call finishEvictions
+// after unlocking; otherwise the last unpin does.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) evictLocked(e *entry) *entry {
+	if !e.live {
+		return nil
+	}
+	e.live = false
+	s.lru.Remove(e.elem)
+	e.elem = nil
+	delete(s.entries, e.key)
+	if e.own {
+		delete(s.byObj, e.obj)
+	}
+	delete(s.dirty, e.key)
+	s.deleted[e.key] = struct{}{}
+	s.deleting[e.key] = &deletion{}
+	s.used -= e.bytes
+	s.pendingFree += e.bytes
+	if e.holds > 0 {
+		s.heldEvicted += e.bytes
+	}
+	s.evictions.Add(1)
+	if e.pins == 0 {
+		return e
+	}
+	return nil
+}
+
+// abandonLocked removes a new entry that never got a block, and so has no
+// file to delete: unlike an eviction it needs no deletion to complete
+// before the key is written again. (If a flush recorded it already, the
+// next start drops the record: its file is missing.) LOCKS_REQUIRED(s.mu)
+func (s *Store) abandonLocked(e *entry) {
+	s.lru.Remove(e.elem)
+	delete(s.entries, e.key)
+	delete(s.byObj, e.obj)
+	delete(s.dirty, e.key)
+	e.live, e.elem = false, nil
+}
+
+// unpin drops a pin of e taken by a read that is done with its file,
+// and finishes e's eviction if that was the last pin of an evicted
+// entry.
+func (s *Store) unpin(e *entry) {
+	s.mu.Lock()
+	var finish *entry
+	if s.unpinLocked(e) {
+		finish = e
+	}
+	s.mu.Unlock()
+	s.finishEvictions([]*entry{finish})
+}
+
+// unpinLocked drops a pin and reports whether the caller must now finish
+// the entry's eviction.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) unpinLocked(e *entry) bool {
+	e.pins--
+	return e.pins == 0 && !e.live
+}
+
+// finishEvictions closes and unlinks evicted, unpinned entries' files.
+func (s *Store) finishEvictions(es []*entry) {
+	for _, e := range es {
+		if e == nil {
+			continue
+		}
+		s.mu.Lock()
+		f := s.detachFileLocked(e)
+		s.mu.Unlock()
+		f.close()
+		if err := os.Remove(e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("cannot remove evicted cache file", "err", err)
+		}
+		s.mu.Lock()
+		if d := s.deleting[e.key]; d != nil {
+			d.unlinked = true
+			if d.committed {
+				delete(s.deleting, e.key)
+			}
+		}
+		s.pendingFree -= e.bytes
+		s.mu.Unlock()
+	}
+}
+
+// touchLocked marks e most recently used.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) touchLocked(e *entry) {
+	s.lru.MoveToFront(e.elem)
+	e.atime = time.Now().UnixNano()
+	if !e.atimeDirty {
+		e.atimeDirty = true
+		s.dirty[e.key] = e
+	}
+}
+
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) markDirtyLocked(e *entry, meta bool) {
+	e.metaDirty = e.metaDirty || meta
+	s.dirty[e.key] = e
+}
