@@ -67,7 +67,7 @@ type Config struct {
 	// Memory and kernel.
 	MemoryLimit int64
 	// ReadAheadFiles: start the next file of a directory read in listing
-	// order before its reader opens it (fs/ahead.go).
+	// order before its reader opens it (readahead.Files).
 	ReadAheadFiles bool
 	ReadAheadKB    int
 	// MaxBackground is the kernel's limit on async FUSE requests (0 keeps

@@ -48,9 +48,9 @@ const (
 	// whole when a handle's first read is at offset 0 (a 2.7 MiB CosmoFlow
 	// sample took 5 requests through a young readahead window).
 	mediumObjectSize = 4 << 20
-	// aheadWholeSize: OpenAhead fetches smaller objects whole, as fs reads
-	// them ahead of their readers in runs of small files
-	// (fs/ahead_small.go, which takes files under 8 MiB).
+	// aheadWholeSize: OpenAhead fetches smaller objects whole, as Files
+	// reads them ahead of their readers in runs of small files
+	// (files_small.go, which takes files under 8 MiB).
 	aheadWholeSize    = 8 << 20
 	DefaultMaxStreams = 8
 	// DefaultReorderTolerance covers the kernel's async FUSE reads, which

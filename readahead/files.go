@@ -572,9 +572,14 @@ func (f *file) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return f.Reader.ReadAt(ctx, p, off)
 }
 
+// Spliceable notes the read only if it hands the bytes out: otherwise
+// the caller reads them with ReadAt, which notes it.
 func (f *file) Spliceable(off int64, size int) (*os.File, int, func(), bool) {
-	f.noteRead(off)
-	return f.Reader.Spliceable(off, size)
+	file, n, release, ok := f.Reader.Spliceable(off, size)
+	if ok {
+		f.noteRead(off)
+	}
+	return file, n, release, ok
 }
 
 // Close ends the handle: a reader taken from the files opened ahead and
