@@ -6,9 +6,9 @@
 //
 // main builds the command line (urfave/cli, with the options of package
 // flags) and hands over to packages: daemon runs the mount's lifecycle,
-// mountStack (build.go) builds what it mounts, bucket -> filecache ->
-// readahead -> fs, in one function, and control runs the commands that
-// operate a running mount (warm, invalidate). It must never leave a mount
+// mountStack (build.go) builds what it mounts, store -> metadata -> disk
+// cache -> readahead -> fs, in one function, and control runs the
+// commands that operate a running mount (warm, invalidate). It must never leave a mount
 // behind when it fails, and never hang the caller of `mount`: package
 // daemon sees to both.
 package main
