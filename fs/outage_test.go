@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"ferry/bucket"
 	"ferry/bucket/mem"
-	"ferry/metadata"
 )
 
 // TestOutageServesExpiredMetadata: once the TTL has run out, a store that
@@ -59,25 +57,13 @@ func TestOutageServesExpiredMetadata(t *testing.T) {
 	_, err = lookUp(fs, fuseops.RootInodeID, "never-seen")
 	assert.Equal(t, syscall.EIO, err, "nothing known about it")
 	assert.Equal(t, uint64(4), fs.meta.StaleServed())
-	// Just seen down: known names answer without another try (each would
-	// cost a whole retry budget); later the store is asked again.
-	before := b.requests()
 	_, err = lookUp(fs, d.Child, "f")
-	require.NoError(t, err)
-	assert.Equal(t, before, b.requests(), "the store was just seen down")
-	clock.Advance(metadata.StoreDownGrace + time.Second)
-	_, err = lookUp(fs, d.Child, "f")
-	require.NoError(t, err)
-	assert.Greater(t, b.requests(), before, "asked again after the grace")
-	for range 2 {
-		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: f.Child, N: 1}))
-	}
+	require.NoError(t, err, "again")
+	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: f.Child, N: 1}))
 
-	// Back: the first lookup after the grace asks the store and sees the
-	// change.
+	// Back: the first lookup asks the store and sees the change.
 	b.SetFaults(mem.Faults{})
 	b.put("d/f", []byte("new bytes, longer"))
-	clock.Advance(metadata.StoreDownGrace + time.Second)
 	f3, err := lookUp(fs, d.Child, "f")
 	require.NoError(t, err)
 	assert.NotEqual(t, f.Child, f3.Child, "the new version, a new inode")
@@ -119,60 +105,4 @@ func TestInterruptedLookupReturns(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, fs.ForgetInode(context.Background(), &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
 	assert.Equal(t, int64(1), b.Stats().Stats, "the shared fetch served the second caller")
-}
-
-// TestOutageOneProbeAtATime: once the grace after a failure has run out,
-// one lookup asks the store whether it is back, which may take a whole
-// retry budget; known names meanwhile answer at once.
-func TestOutageOneProbeAtATime(t *testing.T) {
-	b := newTestBucket()
-	for _, n := range []string{"d/f", "d/g"} {
-		b.put(n, []byte("x"))
-	}
-	clock := newFakeClock()
-	fs := newTestFS(t, b, clock, nil)
-	ctx := context.Background()
-	d, err := lookUp(fs, fuseops.RootInodeID, "d")
-	require.NoError(t, err)
-	var ents []fuseops.ChildInodeEntry
-	for _, n := range []string{"f", "g"} {
-		e, err := lookUp(fs, d.Child, n)
-		require.NoError(t, err)
-		ents = append(ents, e)
-	}
-	release := make(chan struct{})
-	var blocking atomic.Bool
-	down := func() error {
-		if blocking.Load() {
-			<-release // a whole retry budget
-		}
-		return fmt.Errorf("%w: refused", bucket.ErrUnavailable)
-	}
-	b.SetFaults(mem.Faults{
-		Stat: func(context.Context, *bucket.StatRequest) error { return down() },
-		List: func(context.Context, *bucket.ListRequest) error { return down() },
-	})
-	clock.Advance(2 * time.Minute)
-	f, err := lookUp(fs, d.Child, "f") // fails fast: the store is down
-	require.NoError(t, err)
-	blocking.Store(true)
-	clock.Advance(metadata.StoreDownGrace + time.Second)
-	asked := b.Stats().Stats
-	probe := make(chan error, 1)
-	go func() {
-		e, err := lookUp(fs, d.Child, "f")
-		if err == nil {
-			err = fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1})
-		}
-		probe <- err
-	}()
-	require.Eventually(t, func() bool { return b.Stats().Stats > asked }, 5*time.Second, time.Millisecond, "the probe asks the store")
-	clock.Advance(30 * time.Second) // the probe is still waiting
-	g, err := lookUp(fs, d.Child, "g")
-	require.NoError(t, err, "a known name while the store is probed")
-	close(release)
-	require.NoError(t, <-probe)
-	for _, e := range append(ents, f, g, d) {
-		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
-	}
 }

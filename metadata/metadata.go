@@ -76,12 +76,10 @@ type Cache struct {
 	hiddenMetric prometheus.Counter // nil without a Registerer
 }
 
-// outage is what the cache knows of the store being down.
+// outage counts the answers given from expired metadata while the store
+// could not be reached.
 type outage struct {
-	downAt      atomic.Int64  // unix ns of the last fetch the store could not answer; 0 after a success
-	probing     atomic.Bool   // a resolve is asking the store whether it is back
-	okSeq       atomic.Uint64 // seq of the latest-begun fetch the store answered
-	staleServed atomic.Uint64 // resolves answered from expired metadata
+	staleServed atomic.Uint64
 	staleLogged atomic.Bool
 }
 
@@ -175,15 +173,18 @@ func (c *Cache) Listing(dir string) (*Listing, bool) { return c.cache.listing(di
 // what a lookup has seen since its listing began.
 func (c *Cache) Newest(path string, seq uint64) (Entry, bool) { return c.cache.newest(path, seq) }
 
+// Refresh makes the next Resolve of path ask the store, whatever the TTL:
+// the store proved the version known gone (a read pinned to it answered
+// "changed" or "not found"). Until the store answers, the old answer
+// stays the newest known (for an outage). The listing of path's parent
+// is kept; it no longer answers for path.
+func (c *Cache) Refresh(path string) { c.cache.stale(path) }
+
 // Invalidate drops every entry and listing at or under p ("" for
 // everything), and the listing of p's parent, which names p. Answers of
 // requests in flight that began before are not cached when they arrive.
 // It returns how many items it dropped.
 func (c *Cache) Invalidate(p string) int { return c.cache.invalidate(p) }
-
-// StoreDownGrace is how long after a failed fetch known names are
-// answered from expired metadata without asking the store.
-const StoreDownGrace = 10 * time.Second
 
 // Resolve says what path is: a file (with its object), a directory or
 // nothing (Kind None). A fresh cache entry answers without a request;
@@ -191,25 +192,13 @@ const StoreDownGrace = 10 * time.Second
 // resolves of one path share one fetch. If the store cannot be reached,
 // an expired entry still answers (and is not renewed): a name the mount
 // knew stays usable through an outage, and its bytes may be in the disk
-// cache. A cancelled ctx ends the wait at once with an error matching
-// bucket.ErrCanceled; the shared fetch goes on for the others.
+// cache. (Once the store is known down, the store's stack fails requests
+// at once: package retry's circuit breaker.) A cancelled ctx ends the
+// wait at once with an error matching bucket.ErrCanceled; the shared
+// fetch goes on for the others.
 func (c *Cache) Resolve(ctx context.Context, path string) (Entry, error) {
 	if e, ok := c.cache.lookup(path); ok {
 		return e, nil
-	}
-	// While the store was just seen down, a known name answers at once
-	// rather than after another full retry budget. After StoreDownGrace
-	// one caller at a time probes the store; the others keep answering
-	// while it does (a probe may take --retry-max-time).
-	if t := c.outage.downAt.Load(); t != 0 {
-		if c.now().Sub(time.Unix(0, t)) < StoreDownGrace || !c.outage.probing.CompareAndSwap(false, true) {
-			if old, ok := c.cache.newest(path, 0); ok {
-				c.outage.staleServed.Add(1)
-				return old, nil
-			}
-		} else {
-			defer c.outage.probing.Store(false)
-		}
 	}
 	// Only requests begun since the last invalidation are joined.
 	key := path + "\x00" + strconv.FormatUint(c.cache.generation(), 10)
@@ -242,7 +231,6 @@ func (c *Cache) fetchShared(ctx context.Context, path string) (any, error) {
 	seq := c.cache.begin()
 	e, err := c.fetch(context.WithoutCancel(ctx), path)
 	e.Seq = seq
-	c.noteStore(seq, err)
 	if err != nil {
 		if old, ok := c.cache.newest(path, 0); ok && errors.Is(err, bucket.ErrUnavailable) {
 			c.outage.staleServed.Add(1)
@@ -255,27 +243,6 @@ func (c *Cache) fetchShared(ctx context.Context, path string) (any, error) {
 	}
 	c.cache.put(path, e)
 	return e, nil
-}
-
-// noteStore records what the store's answer to a fetch begun at seq
-// says of it: down, unless a fetch begun later has been answered (a slow
-// failure from before the store came back says nothing now), or up.
-func (c *Cache) noteStore(seq uint64, err error) {
-	o := &c.outage
-	switch {
-	case errors.Is(err, bucket.ErrUnavailable):
-		if seq > o.okSeq.Load() {
-			o.downAt.Store(c.now().UnixNano())
-		}
-	case err == nil:
-		for {
-			ok := o.okSeq.Load()
-			if seq <= ok || o.okSeq.CompareAndSwap(ok, seq) {
-				break
-			}
-		}
-		o.downAt.Store(0)
-	}
 }
 
 // fetch asks the store what path is. A directory wins over a file of the

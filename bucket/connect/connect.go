@@ -2,7 +2,9 @@
 // ferry reads through: metrics(retry(prefix(backend))). Prefix is innermost
 // so that retry and metrics see the requests the store really gets; metrics
 // is outermost so that it sees what callers got, and counts the retries
-// made below it through retry.Config.OnRetry.
+// made below it through retry.Config.OnRetry. The retry decorator's circuit
+// breaker is on: once an operation has spent its whole retry budget, every
+// operation fails at once until the store answers a probe again.
 //
 // It must never put credentials into names, logs or errors, and never
 // silently ignore an option that does not apply to the URL's scheme.
@@ -75,6 +77,9 @@ type Stack struct {
 	// without prefix, retry or metrics. Tests and tools may type-assert it
 	// to bucket.Writer to stage data; ferry's mount never writes.
 	Backend bucket.Bucket
+	// Retry is the retry decorator, whose breaker says whether the store
+	// is known down.
+	Retry *retry.Bucket
 	// Location is the parsed URL.
 	Location Location
 }
@@ -82,6 +87,7 @@ type Stack struct {
 // Close releases the backend's clients (connections, credential refresh).
 // The Stack must not be used afterwards.
 func (s *Stack) Close() error {
+	s.Retry.Close()
 	if c, ok := s.Backend.(io.Closer); ok {
 		return c.Close()
 	}
@@ -113,6 +119,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Stack, error) {
 	if rcfg.Logger == nil {
 		rcfg.Logger = opts.Logger
 	}
+	rcfg.Breaker = true
 	// m is set below, before the stack is returned and can see a request.
 	var m *metrics.Bucket
 	userOnRetry := rcfg.OnRetry
@@ -122,8 +129,38 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Stack, error) {
 			userOnRetry(op, err)
 		}
 	}
-	m = metrics.New(retry.New(inner, rcfg), opts.Registerer)
-	return &Stack{Bucket: m, Metrics: m, Backend: backend, Location: loc}, nil
+	r := retry.New(inner, rcfg)
+	m = metrics.New(r, opts.Registerer)
+	if opts.Registerer != nil {
+		registerBreaker(opts.Registerer, r)
+	}
+	return &Stack{Bucket: m, Metrics: m, Backend: backend, Retry: r, Location: loc}, nil
+}
+
+// registerBreaker exports the retry decorator's circuit breaker. A second
+// stack on the same registry (tests, tools) keeps the first's.
+func registerBreaker(reg prometheus.Registerer, r *retry.Bucket) {
+	down := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_store_down",
+		Help: "1 while the store is known down: a request spent its whole --retry-max-time on transient failures, and requests fail at once until a probe (every second) finds the store answering.",
+	}, func() float64 {
+		if r.Down() {
+			return 1
+		}
+		return 0
+	})
+	trips := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ferry_store_down_total",
+		Help: "Times the store was found down (see ferry_store_down).",
+	}, func() float64 { return float64(r.Trips()) })
+	for _, c := range []prometheus.Collector{down, trips} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err) // a name clash within ferry's own metrics
+			}
+		}
+	}
 }
 
 // check refuses options that do not apply to scheme, so that a flag meant

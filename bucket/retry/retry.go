@@ -1,8 +1,11 @@
 // Package retry is a bucket.Bucket decorator that retries transient store
 // failures (bucket.IsRetryable: ErrUnavailable and not a cancellation) with
 // exponential backoff and full jitter, bounded by an elapsed-time budget
-// (and, if asked for, an attempt count). A range reader whose body fails mid-way is resumed
-// transparently at the byte it reached, pinned to the same version.
+// (and, if asked for, an attempt count). A range reader whose body fails
+// mid-way is resumed transparently at the byte it reached, pinned to the
+// same version. With Config.Breaker, an operation that spends its whole
+// budget trips a circuit breaker (breaker.go): until a background probe
+// finds the store back, every operation fails at once.
 //
 // It must never retry a non-transient error (not found, precondition,
 // permission, invalid, cancelled), never wait past the caller's context, and
@@ -68,6 +71,12 @@ type Config struct {
 	// (OpStat, OpList, OpRead) and the error being retried; package
 	// connect uses it to count retries in package metrics.
 	OnRetry func(op string, err error)
+	// Breaker turns the circuit breaker on: once an operation has spent
+	// its whole budget on transient failures, every operation fails at
+	// once until a probe (a one-result List, every ProbeInterval, default
+	// DefaultProbeInterval) finds the store answering again.
+	Breaker       bool
+	ProbeInterval time.Duration
 
 	// Test hooks; nil means the real thing.
 	//
@@ -94,6 +103,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxDelay < c.BaseDelay {
 		c.MaxDelay = c.BaseDelay
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = DefaultProbeInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -133,14 +145,32 @@ type Bucket struct {
 
 	// Constant data
 	cfg Config
+
+	// Mutable state with its own synchronisation
+	brk *breaker
 }
 
 var _ bucket.Bucket = (*Bucket)(nil)
 
-// New wraps b. Safe for concurrent use if b is.
-func New(b bucket.Bucket, cfg Config) bucket.Bucket {
-	return &Bucket{inner: b, cfg: cfg.withDefaults()}
+// New wraps b. Safe for concurrent use if b is. Close stops the breaker's
+// probe.
+func New(b bucket.Bucket, cfg Config) *Bucket {
+	r := &Bucket{inner: b, cfg: cfg.withDefaults()}
+	r.brk = newBreaker(r.cfg, func(ctx context.Context) error {
+		_, err := b.List(ctx, &bucket.ListRequest{Delimiter: "/", MaxResults: 1})
+		return err
+	})
+	return r
 }
+
+// Down reports whether the breaker is tripped: the store is known down.
+func (b *Bucket) Down() bool { return b.brk.isDown() }
+
+// Trips counts how often the breaker tripped.
+func (b *Bucket) Trips() uint64 { return b.brk.trips.Load() }
+
+// Close stops the breaker's probe, if one runs, and waits for it.
+func (b *Bucket) Close() { b.brk.close() }
 
 // Name is the inner bucket's name: retrying is invisible in cache keys.
 func (b *Bucket) Name() string { return b.inner.Name() }
@@ -209,6 +239,9 @@ func (b *Bucket) newBudget() *budget {
 // the budget runs out, and returns its last error.
 func (b *Bucket) do(ctx context.Context, op, name string, bud *budget, fn func() error) error {
 	for {
+		if err := b.brk.check(op, name); err != nil {
+			return err
+		}
 		bud.attempts++
 		err := bucket.ContextError(ctx, fn())
 		if err == nil {
@@ -235,7 +268,9 @@ func (b *Bucket) wait(ctx context.Context, op, name string, bud *budget, err err
 	}
 	elapsed := b.cfg.Now().Sub(bud.outageStart)
 	if b.cfg.MaxAttempts > 0 && bud.attempts >= b.cfg.MaxAttempts {
-		return fmt.Errorf("%s %q: giving up after %d attempts in %v: %w", op, name, bud.attempts, elapsed.Round(time.Millisecond), err)
+		err = fmt.Errorf("%s %q: giving up after %d attempts in %v: %w", op, name, bud.attempts, elapsed.Round(time.Millisecond), err)
+		b.brk.trip(err)
+		return err
 	}
 	remaining := b.cfg.MaxElapsed - elapsed
 	delay := b.cfg.Jitter(b.ceiling(bud.attempts))
@@ -244,7 +279,9 @@ func (b *Bucket) wait(ctx context.Context, op, name string, bud *budget, err err
 		delay = hint
 	}
 	if remaining <= 0 || (hasHint && hint > remaining) {
-		return fmt.Errorf("%s %q: giving up after %d attempts in %v (retry budget %v): %w", op, name, bud.attempts, elapsed.Round(time.Millisecond), b.cfg.MaxElapsed, err)
+		err = fmt.Errorf("%s %q: giving up after %d attempts in %v (retry budget %v): %w", op, name, bud.attempts, elapsed.Round(time.Millisecond), b.cfg.MaxElapsed, err)
+		b.brk.trip(err)
+		return err
 	}
 	if delay > remaining {
 		delay = remaining
