@@ -154,11 +154,19 @@ type kernelEntry struct {
 func (fs *fileSystem) invalidate(ctx context.Context, p string) (InvalidateResult, error) {
 	res := InvalidateResult{Path: p, CacheItems: fs.meta.Invalidate(p)}
 	res.CacheItems += fs.readers.Forget(p)
+	n, err := fs.notifyKernel(ctx, fs.kernelEntries(p))
+	res.KernelEntries = n
+	fs.log.Debug("fs: invalidated", "path", "/"+p, "cache_items", res.CacheItems, "kernel_entries", n)
+	return res, err
+}
 
-	// The inodes the kernel holds at or under p, with their parents. A
-	// name the kernel caches has a live inode, and so has its parent.
+// kernelEntries lists the inodes the kernel holds at or under p, with
+// their parents. A name the kernel caches has a live inode, and so has
+// its parent.
+func (fs *fileSystem) kernelEntries(p string) []kernelEntry {
 	var kes []kernelEntry
 	fs.mu.Lock()
+	defer fs.mu.Unlock()
 	for id, in := range fs.inodes {
 		if id == fuseops.RootInodeID || !metadata.Under(in.path, p) {
 			continue
@@ -170,12 +178,26 @@ func (fs *fileSystem) invalidate(ctx context.Context, p string) (InvalidateResul
 		}
 		kes = append(kes, kernelEntry{parent: parent, name: name, inode: id, dir: in.dir})
 	}
-	fs.mu.Unlock()
+	return kes
+}
 
-	n, err := fs.notifyKernel(ctx, kes)
-	res.KernelEntries = n
-	fs.log.Debug("fs: invalidated", "path", "/"+p, "cache_items", res.CacheItems, "kernel_entries", n)
-	return res, err
+// versionGone is called when the store proved the version of path that
+// a handle read gone: a read pinned to it answered "changed" or "not
+// found". Whatever the metadata TTL, the next lookup of path asks the
+// store, and the kernel forgets the name (in the background: never from
+// inside an op), so that new opens find the version there now. Handles
+// open on the old version keep getting ESTALE.
+func (fs *fileSystem) versionGone(path string) {
+	fs.meta.Refresh(path)
+	kes := fs.kernelEntries(path)
+	if len(kes) == 0 {
+		return
+	}
+	go func() {
+		if _, err := fs.notifyKernel(context.Background(), kes); err != nil {
+			fs.log.Debug("fs: cannot make the kernel forget a replaced file", "path", path, "err", err)
+		}
+	}()
 }
 
 // notifyTimeout bounds one invalidation's kernel notifications: the kernel

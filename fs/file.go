@@ -177,6 +177,9 @@ func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) erro
 	}
 	n, err := h.reader.ReadAt(ctx, dst, op.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
+		if errors.Is(err, bucket.ErrPrecondition) || errors.Is(err, bucket.ErrNotFound) {
+			fs.versionGone(h.in.path)
+		}
 		return fs.errno("read", h.obj.Name, err)
 	}
 	op.BytesRead = n

@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jacobsa/fuse/fuseops"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -136,5 +138,57 @@ func TestTTLZeroOpenUnderConstantChange(t *testing.T) {
 		f, err := openFile(filepath.Join(dir, "obj"), os.O_RDONLY)
 		require.NoError(t, err, "open %d", i)
 		f.Close()
+	}
+}
+
+// TestReplacedVersionIsRefreshed: under a forever TTL, a read that the
+// store answers "changed" (the handle's version is gone) gets ESTALE, and
+// makes ferry ask the store about the name again: a new open through the
+// name the kernel still holds finds the new version (ESTALE, then a new
+// lookup, as open(2) retries), rather than stay on the old one for ever.
+func TestReplacedVersionIsRefreshed(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/f", []byte("one"))
+	fs := newTestFS(t, b, newFakeClock(), func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = -1, -1 })
+	ctx := context.Background()
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	f1, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	open := func(ino fuseops.InodeID) (fuseops.HandleID, error) {
+		op := &fuseops.OpenFileOp{Inode: ino}
+		err := fs.OpenFile(ctx, op)
+		return op.Handle, err
+	}
+	read := func(ino fuseops.InodeID, h fuseops.HandleID) (string, error) {
+		op := &fuseops.ReadFileOp{Inode: ino, Handle: h, Size: 64, Dst: make([]byte, 64)}
+		err := fs.ReadFile(ctx, op)
+		return string(op.Dst[:op.BytesRead]), err
+	}
+	h1, err := open(f1.Child)
+	require.NoError(t, err)
+
+	b.put("d/f", []byte("two, longer"))
+	_, err = read(f1.Child, h1)
+	assert.Equal(t, syscall.ESTALE, err, "the handle's version is gone")
+	_, err = open(f1.Child)
+	assert.Equal(t, syscall.ESTALE, err, "the kernel's name leads to the old version: look it up again")
+	f2, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	assert.NotEqual(t, f1.Child, f2.Child)
+	assert.EqualValues(t, 11, f2.Attributes.Size)
+	h2, err := open(f2.Child)
+	require.NoError(t, err)
+	got, err := read(f2.Child, h2)
+	require.NoError(t, err)
+	assert.Equal(t, "two, longer", got)
+	_, err = read(f1.Child, h1)
+	assert.Equal(t, syscall.ESTALE, err, "the old handle stays stale")
+
+	for _, h := range []fuseops.HandleID{h1, h2} {
+		require.NoError(t, fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: h}))
+	}
+	for _, e := range []fuseops.ChildInodeEntry{d, f1, f2} {
+		require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: e.Child, N: 1}))
 	}
 }

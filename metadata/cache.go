@@ -51,7 +51,8 @@ type Listing struct {
 	entries []DirEntry     // each with the listing's seq
 	byName  map[string]int // index into entries
 	exp     expiry
-	seq     uint64 // when the listing's first page was asked for
+	at      time.Time // when it was cached: its "no such name" answers follow the negative TTL from then
+	seq     uint64    // when the listing's first page was asked for
 }
 
 // Len is the number of entries.
@@ -97,7 +98,9 @@ type cachedEntry struct {
 // listings, each with a TTL: -1 keeps them forever (read-only datasets), 0
 // disables caching, a positive TTL expires them. A fresh listing answers
 // lookups of its children, positively and negatively, so `ls` followed by
-// `stat` of every file costs one listing and no Stat.
+// `stat` of every file costs one listing and no Stat; its negative answers
+// (a name it does not hold) follow the negative TTL, as other negative
+// answers do, so that a name created after the listing is found.
 //
 // ttlCache.mu is a leaf lock: nothing else is locked while holding it.
 type ttlCache struct {
@@ -206,9 +209,49 @@ func (c *ttlCache) lookup(path string) (Entry, bool) {
 	if hasListing && (!hasEntry || l.seq > ce.e.Seq) {
 		// The listing is newer: it answers while fresh, and once expired
 		// the older name entry cannot answer either.
-		return l.answer(name), c.fresh(l.exp)
+		e := l.answer(name)
+		return e, c.fresh(l.exp) && (e.Kind != None || c.negativeFresh(l))
 	}
 	return ce.e, hasEntry && c.fresh(ce.exp)
+}
+
+// negativeFresh reports whether l may still say that a name does not
+// exist: for the negative TTL since it was cached.
+//
+// LOCKS_REQUIRED(c.mu)
+func (c *ttlCache) negativeFresh(l *Listing) bool {
+	switch {
+	case c.negTTL < 0:
+		return true
+	case c.negTTL == 0:
+		return false
+	}
+	return c.now().Before(l.at.Add(c.negTTL))
+}
+
+// stale makes what is known of path stale, so that the next lookup asks
+// the store again: the store proved the version known gone. What was
+// known stays as the newest answer (for an outage, and readdirplus), kept
+// as an expired entry that a listing cannot outrank.
+func (c *ttlCache) stale(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var known Entry
+	ce, hasEntry := c.entries[path]
+	dir, name := SplitPath(path)
+	l, hasListing := c.listings[dir]
+	switch {
+	case hasListing && (!hasEntry || l.seq > ce.e.Seq):
+		known = l.answer(name)
+	case hasEntry:
+		known = ce.e
+	default:
+		return // nothing known
+	}
+	c.seq++
+	known.Seq = c.seq
+	c.entries[path] = cachedEntry{e: known, exp: expiry{at: c.now()}}
+	c.maybeSweep()
 }
 
 // newest returns the newest thing known about path, fresh or not (while
@@ -297,7 +340,7 @@ func (c *ttlCache) putListing(dir string, entries []DirEntry, seq uint64) {
 	if c.belowFloor(dir, seq, true) {
 		return // invalidated while it was being read
 	}
-	c.listings[dir] = &Listing{entries: entries, byName: byName, exp: exp, seq: seq}
+	c.listings[dir] = &Listing{entries: entries, byName: byName, exp: exp, at: c.now(), seq: seq}
 	// Name entries of the children that are older than this listing: drop
 	// them, the listing answers for them now. Newer ones stay, and answer
 	// (see lookup).

@@ -165,3 +165,59 @@ func benchPut(b *testing.B, floors int) {
 
 func BenchmarkMetaCachePut(b *testing.B)                   { benchPut(b, 0) }
 func BenchmarkMetaCachePutAfterInvalidations(b *testing.B) { benchPut(b, 1000) }
+
+// A listing's "no such name" answers follow the negative TTL: a name
+// created after the listing is found once it has run out, with a
+// forever TTL too; -1 keeps them forever, 0 never gives them.
+func TestListingNegativeAnswersFollowNegativeTTL(t *testing.T) {
+	file := Entry{Kind: File, Obj: bucket.Object{Name: "d/f", Version: "1"}}
+	for _, tc := range []struct{ negTTL time.Duration }{
+		{negTTL: 5 * time.Second},
+		{negTTL: -1},
+		{negTTL: 0},
+	} {
+		clock := newFakeClock()
+		c := newTTLCache(-1, tc.negTTL, clock.Now)
+		c.putListing("d", []DirEntry{{Name: "f", Entry: file}}, c.begin())
+		e, ok := c.lookup("d/new")
+		assert.Equal(t, tc.negTTL != 0, ok, "negative TTL %v, at once", tc.negTTL)
+		assert.Equal(t, None, e.Kind)
+		clock.Advance(4 * time.Second)
+		_, ok = c.lookup("d/new")
+		assert.Equal(t, tc.negTTL != 0, ok, "negative TTL %v, 4 s on", tc.negTTL)
+		clock.Advance(2 * time.Second)
+		_, ok = c.lookup("d/new")
+		assert.Equal(t, tc.negTTL < 0, ok, "negative TTL %v, 6 s on", tc.negTTL)
+		_, ok = c.lookup("d/f")
+		assert.True(t, ok, "the names it holds follow the TTL (forever)")
+	}
+}
+
+// stale makes the next lookup of a name ask the store, keeps the listing
+// for its other names, and keeps the old answer as the newest known.
+func TestStaleName(t *testing.T) {
+	clock := newFakeClock()
+	c := newTTLCache(-1, -1, clock.Now)
+	v1 := Entry{Kind: File, Obj: bucket.Object{Name: "d/f", Version: "1"}}
+	g := Entry{Kind: File, Obj: bucket.Object{Name: "d/g", Version: "1"}}
+	c.putListing("d", []DirEntry{{Name: "f", Entry: v1}, {Name: "g", Entry: g}}, c.begin())
+	c.stale("d/f")
+	_, ok := c.lookup("d/f")
+	assert.False(t, ok, "asks the store again")
+	_, ok = c.lookup("d/g")
+	assert.True(t, ok, "the listing answers for the others")
+	_, ok = c.listing("d")
+	assert.True(t, ok)
+	e, ok := c.newest("d/f", 0)
+	require.True(t, ok)
+	assert.Equal(t, "1", e.Obj.Version, "the old answer, for an outage")
+
+	v2 := Entry{Kind: File, Obj: bucket.Object{Name: "d/f", Version: "2"}, Seq: c.begin()}
+	c.put("d/f", v2)
+	e, ok = c.lookup("d/f")
+	require.True(t, ok)
+	assert.Equal(t, "2", e.Obj.Version)
+	c.stale("x/unknown")
+	_, ok = c.newest("x/unknown", 0)
+	assert.False(t, ok, "nothing known, nothing kept")
+}
