@@ -97,7 +97,10 @@ func TestStoreDown(t *testing.T) {
 			assert.GreaterOrEqual(t, time.Since(start), 4*time.Second, "retried for --retry-max-time (5s)")
 			readAll(t, m, cached)
 
+			// Back: noticed by the next probe (every second), then read.
 			p.setDown(t, false)
+			require.Eventually(t, func() bool { return m.metric(t, "ferry_store_down", nil) == 0 },
+				30*time.Second, 50*time.Millisecond, "the store's return never noticed")
 			readAll(t, m, uncached)
 		})
 	}
