@@ -105,7 +105,7 @@ var Options = []Option{
 			return err
 		}},
 	{Name: "retry-max-time", Fstab: "retry_max_time", Kind: Duration, Default: "30s", Category: catStore,
-		Usage: "how long a failing store request is retried before the read fails with EIO (a dead store answers within about this time)",
+		Usage: "how long a failing store request is retried before it fails with EIO; once one has spent it, the store counts as down, and requests fail at once until a probe (every second) finds it answering",
 		set: func(c *Config, s string) (err error) {
 			c.RetryMaxTime, err = parsePositiveDuration(s)
 			return err
