@@ -239,6 +239,7 @@ func newBackend(ctx context.Context, loc Location, opts Options) (bucket.Bucket,
 			DialTimeout:           dialTimeout(opts.Timeout),
 			ResponseHeaderTimeout: opts.Timeout,
 			ReadTimeout:           opts.Timeout,
+			Logger:                opts.Logger,
 		})
 	case SchemeFile:
 		return file.New(loc.Dir)

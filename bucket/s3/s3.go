@@ -2,7 +2,10 @@
 // and S3-compatible stores, on aws-sdk-go-v2. An object's Version is its
 // ETag (quotes stripped); pinned reads send If-Match and also compare the
 // response's ETag, so a store that ignores If-Match still cannot hand out
-// bytes of another version.
+// bytes of another version. An object the store gives no ETag (some
+// gateways in front of a file system) gets a weak version instead, its
+// modification time to the second and its size (weak.go), checked on
+// every read the same way; a warning says so once.
 //
 // It must never retry on its own (the SDK's retryer is disabled: ferry's
 // retry decorator owns retries and their budget), never string-match
@@ -16,10 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -69,6 +74,9 @@ type Config struct {
 	// DialTimeout: TCP connect. ResponseHeaderTimeout: request sent to
 	// first response header. ReadTimeout: silence while reading a body.
 	DialTimeout, ResponseHeaderTimeout, ReadTimeout time.Duration
+	// Logger receives the warning, once, that the store gives objects no
+	// ETag; nil discards it.
+	Logger *slog.Logger
 }
 
 // Bucket reads (and for tests, writes) one S3 bucket.
@@ -79,6 +87,10 @@ type Bucket struct {
 	// Constant data
 	bucket string
 	name   string // "s3://" + bucket
+	log    *slog.Logger
+
+	// Mutable state
+	weakSeen atomic.Bool // an object without an ETag was seen (warned)
 }
 
 var (
@@ -168,7 +180,11 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		// Do not log a warning per GET that checksum validation was skipped.
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
-	return &Bucket{client: client, bucket: cfg.Bucket, name: "s3://" + cfg.Bucket}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Bucket{client: client, bucket: cfg.Bucket, name: "s3://" + cfg.Bucket, log: log}, nil
 }
 
 // Name is "s3://bucket".
@@ -182,20 +198,21 @@ func (b *Bucket) Stat(ctx context.Context, req *bucket.StatRequest) (*bucket.Obj
 	return b.head(ctx, "stat", req.Name, "")
 }
 
-// head runs HeadObject, with If-Match when version is set.
+// head runs HeadObject, pinned to version when it is set.
 func (b *Bucket) head(ctx context.Context, op, name, version string) (*bucket.Object, error) {
 	in := &s3sdk.HeadObjectInput{Bucket: &b.bucket, Key: aws.String(name)}
 	if version != "" {
-		in.IfMatch = aws.String(quoteETag(version))
+		in.IfMatch = ifMatch(version)
 	}
 	out, err := b.client.HeadObject(ctx, in)
 	if err != nil {
 		return nil, b.translate(ctx, op, name, err)
 	}
+	size := uint64(max(aws.ToInt64(out.ContentLength), 0))
 	obj := &bucket.Object{
 		Name:    name,
-		Size:    uint64(max(aws.ToInt64(out.ContentLength), 0)),
-		Version: versionOf(out.ETag),
+		Size:    size,
+		Version: b.versionOf(name, out.ETag, out.LastModified, size),
 		Updated: aws.ToTime(out.LastModified),
 	}
 	if version != "" && obj.Version != version {
@@ -248,10 +265,11 @@ func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Lis
 		if err != nil {
 			return nil, err
 		}
+		size := uint64(max(aws.ToInt64(o.Size), 0))
 		l.Objects = append(l.Objects, bucket.Object{
 			Name:    n,
-			Size:    uint64(max(aws.ToInt64(o.Size), 0)),
-			Version: versionOf(o.ETag),
+			Size:    size,
+			Version: b.versionOf(n, o.ETag, o.LastModified, size),
 			Updated: aws.ToTime(o.LastModified),
 		})
 	}
@@ -293,7 +311,7 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", req.Range.Start, req.Range.Limit-1)),
 	}
 	if req.Version != "" {
-		in.IfMatch = aws.String(quoteETag(req.Version))
+		in.IfMatch = ifMatch(req.Version)
 	}
 	out, err := b.client.GetObject(ctx, in)
 	if err != nil {
@@ -303,13 +321,6 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 		}
 		return nil, b.translate(ctx, "read", req.Name, err)
 	}
-	if got := versionOf(out.ETag); req.Version != "" && got != req.Version {
-		// The store ignored If-Match (or the object changed between its
-		// check and the body); never hand out the other version.
-		out.Body.Close()
-		return nil, b.changed("read", req.Name, req.Version, got)
-	}
-
 	// Work out which bytes the body holds.
 	bodyStart, total := uint64(0), uint64(max(aws.ToInt64(out.ContentLength), 0))
 	if out.ContentRange != nil {
@@ -320,6 +331,13 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 				b.name, req.Name, *out.ContentRange, bucket.ErrUnavailable)
 		}
 		bodyStart = first
+	}
+	if got := b.versionOf(req.Name, out.ETag, out.LastModified, total); req.Version != "" && got != req.Version {
+		// The store ignored the precondition (or the object changed
+		// between its check and the body); never hand out the other
+		// version.
+		out.Body.Close()
+		return nil, b.changed("read", req.Name, req.Version, got)
 	}
 	// Without Content-Range the store ignored Range and sent the whole
 	// object: skip to the start.
@@ -383,20 +401,8 @@ func (b *Bucket) Delete(ctx context.Context, name string) error {
 // changed is the error for a read pinned to a version the object no
 // longer has.
 func (b *Bucket) changed(op, name, want, got string) error {
-	return fmt.Errorf("s3: %s %s/%s: pinned to ETag %s, store has %s: %w",
+	return fmt.Errorf("s3: %s %s/%s: pinned to version %s, store has %s: %w",
 		op, b.name, name, want, got, bucket.ErrPrecondition)
-}
-
-// versionOf turns an ETag header value into an Object.Version: quotes
-// stripped, so versions compare equal whether a store quotes or not.
-func versionOf(etag *string) string {
-	return strings.Trim(aws.ToString(etag), `"`)
-}
-
-// quoteETag formats a version for If-Match, which HTTP defines as a
-// quoted entity tag.
-func quoteETag(version string) string {
-	return `"` + version + `"`
 }
 
 // rangeReader yields exactly `remaining` bytes of body after skipping

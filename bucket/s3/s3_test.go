@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -266,5 +269,60 @@ func TestVersityGWBehindTheBack(t *testing.T) {
 	assert.Equal(t, o.Version, changed.Version, "versitygw now reports a stale ETag; if this fails the gap is fixed")
 	raw, err := b.Stat(ctx, &bucket.StatRequest{Name: "raw"})
 	require.NoError(t, err)
-	assert.Empty(t, raw.Version, "versitygw now gives direct files an ETag; if this fails the gap is fixed")
+	assert.True(t, strings.HasPrefix(raw.Version, weakPrefix),
+		"versitygw now gives direct files an ETag (%q); if this fails the gap is fixed", raw.Version)
+}
+
+// An object without an ETag gets a weak version (modification time to
+// the second, and size), the same from a listing and a Stat; a read
+// pinned to it fails with ErrPrecondition once the object is rewritten,
+// also with the same size, and never hands out the new bytes.
+func TestWeakVersions(t *testing.T) {
+	var logs strings.Builder
+	cfg := emulatorConfig(t, fmt.Sprintf("ferry-test-%d", bucketSeq.Add(1)))
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	require.NoError(t, gw.CreateBucket(t.Context(), cfg.Bucket))
+	b, err := New(t.Context(), cfg)
+	require.NoError(t, err)
+	ctx := t.Context()
+	path := filepath.Join(gw.BucketDir(b.bucket), "raw")
+	past := time.Now().Add(-time.Hour).Truncate(time.Second)
+	require.NoError(t, os.WriteFile(path, []byte("version one"), 0o644))
+	require.NoError(t, os.Chtimes(path, past, past))
+
+	obj, err := b.Stat(ctx, &bucket.StatRequest{Name: "raw"})
+	require.NoError(t, err)
+	assert.Equal(t, weakVersion(past, 11), obj.Version)
+	l, err := b.List(ctx, &bucket.ListRequest{})
+	require.NoError(t, err)
+	require.Len(t, l.Objects, 1)
+	assert.Equal(t, obj.Version, l.Objects[0].Version, "a listing and a Stat agree")
+	assert.Equal(t, 1, strings.Count(logs.String(), "without an ETag"), "warned once: %s", logs.String())
+
+	read := func(version string) (string, error) {
+		rc, err := b.NewRangeReader(ctx, &bucket.ReadRequest{Name: "raw", Version: version, Range: bucket.ByteRange{Limit: 100}})
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		data, err := io.ReadAll(rc)
+		return string(data), err
+	}
+	got, err := read(obj.Version)
+	require.NoError(t, err)
+	assert.Equal(t, "version one", got)
+
+	// Rewritten with the same size, a second later.
+	require.NoError(t, os.WriteFile(path, []byte("version two"), 0o644))
+	later := past.Add(time.Second)
+	require.NoError(t, os.Chtimes(path, later, later))
+	_, err = read(obj.Version)
+	require.ErrorIs(t, err, bucket.ErrPrecondition, "a same-size rewrite a second later")
+	_, err = b.Stat(ctx, &bucket.StatRequest{Name: "raw"})
+	require.NoError(t, err)
+	_, err = b.head(ctx, "read", "raw", obj.Version)
+	require.ErrorIs(t, err, bucket.ErrPrecondition)
+	got, err = read(weakVersion(later, 11))
+	require.NoError(t, err)
+	assert.Equal(t, "version two", got)
 }
