@@ -32,6 +32,9 @@ const (
 	// faultDown: the store is down; connections are refused. Set with
 	// setDown, not setFault.
 	faultDown
+	// faultFlip forwards the whole body with one bit of its first byte
+	// flipped: a body corrupted on the way, its status and length right.
+	faultFlip
 )
 
 // fault says which requests to hit and how.
@@ -208,7 +211,16 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header()[k] = vs
 	}
 	w.WriteHeader(resp.StatusCode)
-	if f.kind == faultNone {
+	switch f.kind {
+	case faultNone:
+		io.Copy(w, resp.Body)
+		return
+	case faultFlip:
+		var first [1]byte
+		if n, _ := io.ReadFull(resp.Body, first[:]); n == 1 {
+			first[0] ^= 0x01
+			w.Write(first[:])
+		}
 		io.Copy(w, resp.Body)
 		return
 	}

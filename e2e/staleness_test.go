@@ -160,3 +160,32 @@ func TestObjectWithoutETag(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, strings.Count(string(logs), "without an ETag"), "warned once")
 }
+
+// TestCorruptedBodyNeverServed: a small object's body corrupted on the
+// way (one bit flipped, status and length right) is caught by the CRC32C
+// the store gives for the object: fetched once more, the reader gets the
+// right bytes; corrupted every time, the read fails with EIO, and nothing
+// wrong is cached for the next epoch. GCS gives every object's CRC32C.
+func TestCorruptedBodyNeverServed(t *testing.T) {
+	s := newStore(t, "gcs")
+	good := content("small", 200<<10)
+	s.put(t, "small", good)
+	s.put(t, "other", content("other", 100<<10))
+	p, via := newFaultProxy(t, s)
+	m := mount(t, via, "--cache-dir", t.TempDir(), "--metrics-addr", freeAddr(t))
+
+	p.setFault(fault{kind: faultFlip, times: 1})
+	requireSameFile(t, filepath.Join(m.dir, "small"), good)
+	assert.Equal(t, 1.0, m.metric(t, "ferry_readahead_checksum_mismatches_total", nil))
+
+	p.setFault(fault{kind: faultFlip}) // every body
+	_, err := readFileWithin(t, filepath.Join(m.dir, "other"))
+	require.ErrorIs(t, err, syscall.EIO, "corrupted every time")
+	// Twice per read: the kernel may ask again after a failed readahead.
+	assert.GreaterOrEqual(t, m.metric(t, "ferry_readahead_checksum_mismatches_total", nil), 3.0)
+
+	p.setFault(fault{})
+	dropCaches(t)
+	requireSameFile(t, filepath.Join(m.dir, "small"), good)
+	requireSameFile(t, filepath.Join(m.dir, "other"), content("other", 100<<10))
+}

@@ -369,12 +369,15 @@ func (c *chunk) claim(ctx context.Context, missing, extras []int64, deferOK bool
 		pctx := ctx
 		if !keep {
 			// The reader takes its bytes as soon as they are in (see
-			// part.early) and its read's context ends with the reply
+			// part.early; not before a whole object's checksum is
+			// compared) and its read's context ends with the reply
 			// (jacobsa/fuse cancels it), while the fetch goes on for
 			// the cache: wait cancels the fetch if the reader gives up
 			// before that.
-			p.need = min(p.end, c.ce)
-			p.early = make(chan struct{})
+			if !checked(p) {
+				p.need = min(p.end, c.ce)
+				p.early = make(chan struct{})
+			}
 			pctx = context.WithoutCancel(ctx)
 		}
 		p.ctx, p.cancel = context.WithCancel(pctx)

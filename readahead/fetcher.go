@@ -82,6 +82,10 @@ var ErrClosed = errors.New("readahead: closed")
 // at a negative offset.
 var ErrInvalid = errors.New("invalid argument")
 
+// ErrChecksum is returned for an object whose bytes arrived twice in a
+// row with another CRC32C than the store gives for it.
+var ErrChecksum = errors.New("checksum mismatch")
+
 // maxAttempts bounds how often one demand chunk goes round when the fetches
 // it waited for (someone else's) failed or were cancelled.
 const maxAttempts = 16
@@ -432,13 +436,7 @@ func (f *Fetcher) launch(p *part) {
 
 func (f *Fetcher) fetch(p *part) {
 	defer p.cancel()
-	var buf []byte
-	var crcs []uint32
-	err := f.conns.acquire(p.ctx, !p.spec, &p.urgent)
-	if err == nil {
-		buf, crcs, err = f.download(p)
-		f.conns.release()
-	}
+	buf, crcs, err := f.downloadChecked(p)
 	if err != nil {
 		f.fail(p, buf, err)
 		return

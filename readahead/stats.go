@@ -25,6 +25,9 @@ type Stats struct {
 	// AheadBytes: bytes readahead asked the bucket for on handles opened
 	// ahead (Fetcher.OpenAhead), before their reader came.
 	AheadBytes int64
+	// ChecksumMismatches counts whole objects whose bytes did not match
+	// the store's CRC32C (checksum.go).
+	ChecksumMismatches int64
 	// BudgetInUse is the memory accounted now, BudgetPeak its maximum,
 	// BudgetLimit the limit.
 	BudgetInUse, BudgetPeak, BudgetLimit int64
@@ -35,6 +38,7 @@ type counters struct {
 	specDropped, specFailed, evicted                     atomic.Int64
 	bytesRead, cacheHitBytes, prefetchHitBytes           atomic.Int64
 	aheadBytes                                           atomic.Int64
+	checksumMismatches                                   atomic.Int64
 }
 
 // Stats returns the current counters.
@@ -52,6 +56,7 @@ func (f *Fetcher) Stats() Stats {
 		CacheHitBytes:       f.stats.cacheHitBytes.Load(),
 		PrefetchHitBytes:    f.stats.prefetchHitBytes.Load(),
 		AheadBytes:          f.stats.aheadBytes.Load(),
+		ChecksumMismatches:  f.stats.checksumMismatches.Load(),
 		BudgetInUse:         used,
 		BudgetPeak:          peak,
 		BudgetLimit:         f.budget.limit,
@@ -104,6 +109,8 @@ func (f *Fetcher) register(reg prometheus.Registerer) error {
 			"Bytes readahead asked for on handles opened ahead (OpenAhead), before their reader came.", &f.stats.aheadBytes),
 		counter("ferry_readahead_read_bytes_total",
 			"Bytes returned to readers; fetched bytes over these are the read amplification.", &f.stats.bytesRead),
+		counter("ferry_readahead_checksum_mismatches_total",
+			"Objects fetched whole whose bytes did not match the CRC32C the store gives for them (fetched again once; a second mismatch fails the read with EIO).", &f.stats.checksumMismatches),
 		f.windowHist,
 	}
 	for i, c := range f.collectors {
