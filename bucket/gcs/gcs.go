@@ -199,9 +199,12 @@ func jsonEndpoint(raw string) (string, error) {
 }
 
 // newBaseTransport speaks HTTP/1.1 so that each concurrent read gets its
-// own TCP connection (one HTTP/2 connection caps throughput), bounded by
-// maxConns. The timeouts make an unreachable or hung endpoint fail in
-// bounded time instead of holding a FUSE read forever.
+// own TCP connection (one HTTP/2 connection caps throughput), keeping up
+// to maxConns idle for reuse. Concurrent requests are not capped here:
+// readahead bounds the reads (--max-connections), and a cap per host
+// made lookups and listings queue behind them, outside every timeout.
+// The timeouts make an unreachable or hung endpoint fail in bounded time
+// instead of holding a FUSE read forever.
 func newBaseTransport(maxConns int, dialTimeout, headerTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
@@ -211,7 +214,6 @@ func newBaseTransport(maxConns int, dialTimeout, headerTimeout time.Duration) *h
 		}).DialContext,
 		MaxIdleConns:          maxConns,
 		MaxIdleConnsPerHost:   maxConns,
-		MaxConnsPerHost:       maxConns,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: headerTimeout,
