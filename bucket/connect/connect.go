@@ -102,7 +102,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Stack, error) {
 	}
 	backend, err := newBackend(ctx, loc, opts)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", loc, err)
+		return nil, fmt.Errorf("%s: %w", loc, err)
 	}
 	inner, err := prefix.New(backend, loc.Prefix)
 	if err != nil {

@@ -73,12 +73,17 @@ func New(dir string) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file: %q: %w: %w", dir, bucket.ErrInvalid, err)
 	}
+	// The caller names the directory (the URL): say only what is wrong.
 	fi, err := os.Stat(abs)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &rootError{"no such directory", bucket.ErrNotFound, err}
+	case errors.Is(err, fs.ErrPermission):
+		return nil, &rootError{"permission denied", bucket.ErrPermission, err}
+	case err != nil:
 		return nil, mapErr(context.Background(), "open", abs, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("file: %q is not a directory: %w", abs, bucket.ErrInvalid)
+	case !fi.IsDir():
+		return nil, &rootError{"not a directory", bucket.ErrInvalid, nil}
 	}
 	root, err := os.OpenRoot(abs)
 	if err != nil {
@@ -87,6 +92,17 @@ func New(dir string) (*Bucket, error) {
 	learnPathEscapes(root)
 	return &Bucket{dir: abs, root: root}, nil
 }
+
+// rootError is New's error about the directory itself: what is wrong with
+// it, in a few words, matching a bucket sentinel and the os error.
+type rootError struct {
+	what     string
+	sentinel error
+	err      error // nil when the os said nothing
+}
+
+func (e *rootError) Error() string   { return e.what }
+func (e *rootError) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 // Close releases the root directory handle. The bucket must not be used
 // afterwards.

@@ -45,9 +45,12 @@ func TestNewRejectsNonDirectory(t *testing.T) {
 	dir := t.TempDir()
 	_, err := New(filepath.Join(dir, "missing"))
 	assert.ErrorIs(t, err, bucket.ErrNotFound)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "the os error stays visible")
+	assert.Equal(t, "no such directory", err.Error(), "the caller names the directory; said once")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), nil, 0o644))
 	_, err = New(filepath.Join(dir, "f"))
 	assert.ErrorIs(t, err, bucket.ErrInvalid)
+	assert.Equal(t, "not a directory", err.Error())
 }
 
 // TestNoEscape proves that no name reaches outside the root: a secret file
