@@ -164,7 +164,7 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 		if s.CachedFiles > 0 {
 			fmt.Fprintf(stdout, "; %d files (%s) were already cached", s.CachedFiles, humanize.IBytes(uint64(s.CachedBytes)))
 		}
-		fmt.Fprintf(stdout, "; %d errors\n", s.Errors)
+		fmt.Fprintf(stdout, "; %s\n", countErrors(s.Errors))
 	}
 	if s.NoDiskCache {
 		fmt.Fprintln(w.stderr, "ferry warm: the mount has no disk cache (--cache-dir); only the kernel page cache was warmed")
@@ -173,13 +173,21 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 		return err
 	}
 	if s.Errors > 0 {
-		return &OperationError{fmt.Sprintf("warm: %d errors", s.Errors)}
+		return &OperationError{"warm: " + countErrors(s.Errors)}
 	}
 	if s.NotKeptFiles > 0 {
 		return &OperationError{fmt.Sprintf("warm: the disk cache does not hold %s of %d files it read: it is smaller than the data (--cache-size, --cache-min-free), or other reads evicted them",
 			humanize.IBytes(uint64(s.NotKeptBytes)), s.NotKeptFiles)}
 	}
 	return nil
+}
+
+// countErrors is "1 error", "2 errors".
+func countErrors(n int64) string {
+	if n == 1 {
+		return "1 error"
+	}
+	return fmt.Sprintf("%d errors", n)
 }
 
 // describe updates the bar's file counts.
