@@ -204,7 +204,7 @@ func newBackend(ctx context.Context, loc Location, opts Options) (bucket.Bucket,
 			ReadTimeout:           opts.Timeout,
 		})
 	case SchemeFile:
-		return file.New(loc.Dir)
+		return file.New(file.Config{Dir: loc.Dir, Logger: opts.Logger, Registerer: opts.Registerer})
 	}
 	return nil, fmt.Errorf("%w: unsupported scheme %q", bucket.ErrInvalid, loc.Scheme)
 }
