@@ -23,12 +23,12 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
 	"ferry/control"
 	"ferry/daemon"
 	"ferry/flags"
+	"ferry/progress"
 )
 
 // Exit statuses are mount(8)'s helper convention (package daemon).
@@ -282,7 +282,7 @@ func warmCommand(inv *invocation) *cli.Command {
 			var bar bool
 			switch c.String("progress") {
 			case "auto":
-				bar = isTerminal(inv.stderr)
+				bar = progress.IsTerminal(inv.stderr)
 			case "always":
 				bar = true
 			case "never":
@@ -348,15 +348,6 @@ func readPathList(name string, stdin io.Reader) ([]string, error) {
 		}
 	}
 	return paths, sc.Err()
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // permuteArgs moves flags given after the positional arguments in front of
