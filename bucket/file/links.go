@@ -56,9 +56,10 @@ type resolver struct {
 // *linkError, counted and logged here; other errors are the os's.
 func (b *Bucket) resolve(name string) (real string, fi fs.FileInfo, dirs []string, err error) {
 	r := resolver{b: b}
-	fi, err = b.root.Lstat(".")
 	dirs = []string{""}
-	if name != "" && err == nil {
+	if name == "" {
+		fi, err = b.root.Lstat(".")
+	} else {
 		comps := strings.Split(name, "/")
 		for i, c := range comps {
 			if real, fi, err = r.step(real, c); err != nil {
