@@ -37,7 +37,10 @@ func (e *OptionError) Error() string {
 	if !e.Mount {
 		return "--" + e.Option + ": " + e.Err.Error()
 	}
-	written := strings.ReplaceAll(e.Option, "-", "_")
+	written := e.Option
+	if o, ok := Lookup(e.Option); ok {
+		written = o.Fstab
+	}
 	msg := e.Err.Error()
 	if e.Value != "" {
 		written += "=" + e.Value
