@@ -42,6 +42,12 @@ func demoSummary(rep *Report) string {
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	var ahead []string // workloads whose epoch 1 beat the store alone
+	slowDisk := false  // local disk slower than the link: busy with other work
+	for _, w := range workloads {
+		l, lok := phaseRow(rep.Rows, w, PhaseLocal)
+		d, dok := phaseRow(rep.Rows, w, PhaseDirect)
+		slowDisk = slowDisk || (lok && dok && l.Error == "" && d.Error == "" && l.Rate() < d.Rate())
+	}
 	for _, l := range demoLines {
 		cells := []string{l.title}
 		for _, w := range workloads {
@@ -55,6 +61,9 @@ func demoSummary(rep *Report) string {
 	}
 	_ = tw.Flush()
 	b.WriteString("\nPage cache dropped before every read; epoch 1 starts with an empty disk cache and is compared with the store alone (its own client, same link), epochs 2 and 3 with local disk.\n")
+	if slowDisk {
+		b.WriteString("Local disk was slower than the link in this run: something else was using it, and the shares of local disk say little. Run the demo again.\n")
+	}
 	if len(ahead) > 0 {
 		fmt.Fprintf(&b, "Epoch 1 beat the store alone on %s: ferry fetches the next files of a directory before they are opened, the client only when asked.\n", strings.Join(ahead, " and "))
 	}
