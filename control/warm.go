@@ -179,7 +179,7 @@ func countErrors(n int64) string {
 // describe updates the bar's file counts.
 func (w *warmer) describe(scanned bool) {
 	if w.bar == nil {
-		return // no need to count
+		return
 	}
 	total := strconv.FormatInt(w.scanned.Load(), 10)
 	if !scanned {
