@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ferry/bucket/connect"
+	"ferry/bucket/gcs"
 	"ferry/bucket/retry"
 	"ferry/control"
 	"ferry/daemon"
@@ -35,7 +36,7 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 
 	b, err := connect.Open(ctx, cfg.Source, storeOptions(cfg, log, reg))
 	if err != nil {
-		return nil, err // names the URL already
+		return nil, withFlagHint(err) // names the URL already
 	}
 	s.Cleanup(func() { b.Close() })
 	// A missing bucket or bad credentials fail the mount now, in the
@@ -101,6 +102,15 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 	}
 	ctl.Mounted(cfg.MountPoint)
 	return mfs, nil
+}
+
+// withFlagHint adds to a store's error the flag that fixes it, where one
+// does: the packages below name no flags.
+func withFlagHint(err error) error {
+	if errors.Is(err, gcs.ErrNoCredentials) {
+		return fmt.Errorf("%w: add --anonymous for a public bucket, or give --key-file FILE", err)
+	}
+	return err
 }
 
 // mountOptions are fs.Mount's kernel-facing options for cfg.

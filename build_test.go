@@ -141,6 +141,8 @@ func TestMetricsNamesLint(t *testing.T) {
 		"ferry_readahead_mapped_bytes", "ferry_readahead_mapped_free_bytes",
 		// store (the mount's probe made a request)
 		"ferry_store_requests_total", "ferry_store_request_duration_seconds", "ferry_store_read_bytes_total",
+		// a file:// source
+		"ferry_file_hidden_links_total",
 	} {
 		assert.Contains(t, body, "\n# TYPE "+name+" ", name)
 	}

@@ -23,12 +23,12 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"ferry/bucket"
 	"ferry/control"
 	"ferry/daemon"
 	"ferry/flags"
+	"ferry/progress"
 )
 
 // Exit statuses are mount(8)'s helper convention (package daemon).
@@ -60,7 +60,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		for _, u := range h.Unknown {
 			fmt.Fprintf(stderr, "%s: ignoring unknown option %q (-s)\n", prog, u)
 		}
-		args, inv.fake = h.Args, h.Fake
+		args, inv.fake, inv.helper = h.Args, h.Fake, true
 	} else {
 		var err error
 		if args, err = permuteArgs(args); err != nil {
@@ -109,7 +109,9 @@ type invocation struct {
 	// the background child is started with exactly these.
 	args []string
 	// fake is mount(8)'s -f: check everything, mount nothing.
-	fake           bool
+	fake bool
+	// helper: run as mount(8)'s helper, every option given with -o.
+	helper         bool
 	stdout, stderr io.Writer
 }
 
@@ -124,7 +126,9 @@ func newApp(inv *invocation) *cli.App {
 		UsageText: "ferry [flags] SOURCE MOUNTPOINT\n" +
 			"   SOURCE is gs://bucket[/prefix], s3://bucket[/prefix] or file:///dir\n" +
 			"   mount -t ferry SOURCE MOUNTPOINT -o cache_dir=/ssd/ferry,allow_other   (after ferry install-helper)",
-		Flags:           flags.CLIFlags(),
+		// --help by hand: urfave/cli adds it only beside its own help
+		// command, and ours (helpCommand) has ferry's errors.
+		Flags:           append(flags.CLIFlags(), cli.HelpFlag),
 		HideHelpCommand: true,
 		Writer:          inv.stdout,
 		ErrWriter:       inv.stderr,
@@ -138,6 +142,9 @@ func newApp(inv *invocation) *cli.App {
 			}
 			cfg, err := flags.FromContext(c)
 			if err != nil {
+				if inv.helper {
+					err = flags.AsMountOption(err)
+				}
 				return usageError{Err: err}
 			}
 			return daemon.Run(c.Context, daemon.Command{
@@ -156,7 +163,7 @@ func newApp(inv *invocation) *cli.App {
 // way the mount does: one line on stderr and exit 1, without urfave/cli's
 // "Incorrect Usage" and help text on stdout.
 func commands(inv *invocation) []*cli.Command {
-	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv)}
+	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv), helpCommand()}
 	for _, c := range cmds {
 		c.OnUsageError = onUsageError
 	}
@@ -178,6 +185,32 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 		msg = fmt.Sprintf("unknown flag -%s (%s lists them)", name, help)
 	}
 	return usageError{Err: errors.New(goFlagName.ReplaceAllString(msg, "$1--$2"))}
+}
+
+// helpCommand is `ferry help [COMMAND]`, the same as --help.
+func helpCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "help",
+		Usage:     "show this help, or a command's (ferry help warm)",
+		ArgsUsage: "[COMMAND]",
+		Action: func(c *cli.Context) error {
+			name := c.Args().First()
+			switch {
+			case c.NArg() > 1:
+				return usageError{Err: errors.New("usage: ferry help [COMMAND]")}
+			case name == "":
+				return cli.ShowAppHelp(c)
+			case c.App.Command(name) == nil || name == "help":
+				var names []string
+				for _, cmd := range c.App.Commands {
+					names = append(names, cmd.Name)
+				}
+				return usageError{Err: fmt.Errorf("help: no command %q (ferry has %s)", name, strings.Join(names, ", "))}
+			}
+			// The app's context: the help command's own lists no commands.
+			return cli.ShowCommandHelp(c.Lineage()[1], name)
+		},
+	}
 }
 
 func installHelperCommand() *cli.Command {
@@ -249,7 +282,7 @@ func warmCommand(inv *invocation) *cli.Command {
 			var bar bool
 			switch c.String("progress") {
 			case "auto":
-				bar = isTerminal(inv.stderr)
+				bar = progress.IsTerminal(inv.stderr)
 			case "always":
 				bar = true
 			case "never":
@@ -317,15 +350,6 @@ func readPathList(name string, stdin io.Reader) ([]string, error) {
 	return paths, sc.Err()
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
 // permuteArgs moves flags given after the positional arguments in front of
 // them (`ferry gs://b /mnt --foreground`), which urfave/cli does not do by
 // itself. The option table tells which flags take a value. Arguments after
@@ -340,7 +364,7 @@ func permuteArgs(args []string) ([]string, error) {
 		case a == "--":
 			pos = append(pos, args[i+1:]...)
 			i = len(args)
-		case len(pos) == 0 && (a == "install-helper" || a == "docs" || a == "warm" || a == "invalidate"):
+		case len(pos) == 0 && (a == "install-helper" || a == "docs" || a == "warm" || a == "invalidate" || a == "help"):
 			return args, nil // a subcommand parses its own flags
 		case strings.HasPrefix(a, "-") && a != "-":
 			opts = append(opts, a)

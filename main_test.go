@@ -66,7 +66,7 @@ func TestRunErrors(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"ferry", "gs://b"}, exitUsage, "ferry: invalid option: need SOURCE and MOUNTPOINT"},
+		{[]string{"ferry", "gs://b"}, exitUsage, "ferry: need SOURCE and MOUNTPOINT"},
 		{[]string{"ferry", "--cache-dir=/c", "--cache-size=12 parsecs", "gs://b", mnt},
 			exitUsage, `ferry: --cache-size: "12 parsecs" is not a size (use e.g. 200GiB)`},
 		{[]string{"ferry", "gs://b", mnt, "--log-format=xml"}, exitUsage, "ferry: --log-format:"},
@@ -76,14 +76,18 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"ferry", "warm", "--parallel", "many", mnt}, exitUsage, `ferry: invalid value "many" for flag --parallel: parse error`},
 		{[]string{"ferry", "invalidate", "--data=maybe", mnt}, exitUsage, `ferry: invalid boolean value "maybe" for --data: parse error`},
 		{[]string{"ferry", "install-helper", "--dest"}, exitUsage, "ferry: flag needs an argument: --dest"},
-		{[]string{"ferry", "ftp://b", mnt}, exitUsage, `unknown scheme "ftp"`},
+		{[]string{"ferry", "ftp://b", mnt}, exitUsage, `ferry: source "ftp://b": unknown scheme "ftp" (use gs://, s3:// or file://)`},
 		{[]string{"ferry", "gs://b", filepath.Join(mnt, "missing")}, exitUsage, "does not exist"},
 		{[]string{"ferry", "gs://b", notDir}, exitUsage, "is not a directory"},
 		{[]string{"ferry", "gs://b", full}, exitUsage, "is not empty"},
 		{[]string{"ferry", "gs://b", mnt, "--log-file"}, exitUsage, "ferry: --log-file needs a value"},
 		{[]string{"ferry", "--kernel-option=noexecc", "gs://b", mnt}, exitUsage, "--kernel-option: \"noexecc\" is not a kernel mount option"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "frob"}, exitUsage, "mount.ferry: -o frob: unknown mount option"},
-		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "memory_limit=1KiB"}, exitUsage, "mount.ferry: --memory-limit: 1.0 KiB is below the minimum"},
+		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "memory_limit=1KiB"}, exitUsage, "mount.ferry: -o memory_limit=1KiB: 1.0 KiB is below the minimum"},
+		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "ro,memory_limit=lots"}, exitUsage, "mount.ferry: -o memory_limit=lots: not a size (use e.g. 200GiB)\n"},
+		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "cache_size=1GiB"}, exitUsage, "mount.ferry: -o cache_size: needs cache_dir"},
+		{[]string{"/sbin/mount.ferry", "gs://b"}, exitUsage, "mount.ferry: need SOURCE and DIR"},
+		{[]string{"ferry", "help", "nothing"}, exitUsage, `ferry: help: no command "nothing" (ferry has install-helper, docs, warm, invalidate, help)`},
 		{[]string{"ferry", "docs", "nothing"}, exitUsage, "usage: ferry docs flags"},
 	} {
 		code, stdout, stderr := runCmd(tc.argv...)
@@ -92,6 +96,42 @@ func TestRunErrors(t *testing.T) {
 		assert.Empty(t, stdout, "%v: no help text after the error", tc.argv)
 		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
 	}
+}
+
+// TestRunStoreMessages: a source that cannot be opened gets one line that
+// names it, says what is wrong once, and what to do where a flag does it.
+func TestRunStoreMessages(t *testing.T) {
+	mnt := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "does-not-exist")
+	code, stdout, stderr := runCmd("ferry", "--foreground", "file://"+missing, mnt)
+	assert.Equal(t, exitMountError, code)
+	assert.Empty(t, stdout)
+	assert.Equal(t, "ferry: file://"+missing+": no such directory\n", stderr)
+
+	// No Google credentials anywhere: --anonymous is named.
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
+	t.Setenv("GCE_METADATA_HOST", "")
+	code, _, stderr = runCmd("ferry", "--foreground", "--retry-max-time=1s", "gs://some-bucket", mnt)
+	if strings.Contains(stderr, "no credentials found") {
+		assert.Equal(t, exitMountError, code)
+		assert.Equal(t, "ferry: gs://some-bucket/: gcs: no credentials found (no GOOGLE_APPLICATION_CREDENTIALS, no gcloud application default credentials, not on Google Cloud): add --anonymous for a public bucket, or give --key-file FILE\n", stderr)
+	} else {
+		t.Logf("this machine has Google credentials (a metadata server): %s", stderr)
+	}
+	assert.False(t, mountinfo.IsMountPoint(mnt))
+}
+
+func TestRunHelp(t *testing.T) {
+	code, out, stderr := runCmd("ferry", "help")
+	assert.Equal(t, exitOK, code, stderr)
+	_, want, _ := runCmd("ferry", "--help")
+	assert.Equal(t, want, out, "ferry help is ferry --help")
+	assert.Contains(t, out, "USAGE:")
+	code, out, stderr = runCmd("ferry", "help", "warm")
+	assert.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, out, "ferry warm - read files")
+	assert.Contains(t, out, "--check")
 }
 
 func TestRunFakeMount(t *testing.T) {

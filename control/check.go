@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	iofs "io/fs"
 	"os"
 	"path/filepath"
@@ -33,20 +32,27 @@ func (r *checkResult) finish() {
 	}
 }
 
+// errNoDiskCache: the PATH is on a mount without a disk cache, where
+// there is nothing to check.
+var errNoDiskCache = errors.New("the mount has no disk cache: nothing to check (mount it with --cache-dir to keep what is read on local disk)")
+
 // Check reports how much of the files at or under req.Paths the disk
 // cache holds, per PATH and in total (req.Parallel and req.Progress are
-// not used). Files it cannot ask about make an *OperationError.
+// not used). Files it cannot ask about make an *OperationError. Each
+// problem is said once: a single one is the error itself; several are
+// printed, one line each, and the error counts them.
 func Check(ctx context.Context, req WarmRequest) error {
 	paths, asJSON := req.Paths, req.JSON
 	var results []checkResult
+	var problems []string
 	// The total counts a file once, however many PATHs contain it.
 	total := checkResult{Path: "total"}
 	seen := map[string]bool{}
 	for _, root := range paths {
 		r := checkResult{Path: root}
-		err := checkTree(ctx, root, &r, &total, seen, req.Stderr)
+		err := checkTree(ctx, root, &r, &total, seen, &problems)
 		if err != nil {
-			fmt.Fprintf(req.Stderr, "ferry warm --check: %s: %v\n", root, err)
+			problems = append(problems, fmt.Sprintf("%s: %v", root, err))
 			r.Errors++
 			total.Errors++
 		}
@@ -64,57 +70,65 @@ func Check(ctx context.Context, req WarmRequest) error {
 			fmt.Fprintf(req.Stdout, "%6.1f%%  %10s of %-10s  %6d files  %s\n", r.Percent,
 				humanize.IBytes(uint64(r.CachedBytes)), humanize.IBytes(uint64(r.Bytes)), r.Files, r.Path)
 		}
+		shown := 0
 		for _, r := range results {
-			line(r)
+			if r.Files > 0 || r.Errors == 0 { // not a PATH that could not be checked at all
+				line(r)
+				shown++
+			}
 		}
-		if len(results) > 1 {
+		if shown > 1 {
 			line(total)
 		}
 	}
-	if total.Errors > 0 {
-		return &OperationError{fmt.Sprintf("warm --check: %d errors", total.Errors)}
+	switch len(problems) {
+	case 0:
+		return nil
+	case 1:
+		return &OperationError{"warm --check: " + problems[0]}
 	}
-	return nil
+	for _, p := range problems {
+		fmt.Fprintf(req.Stderr, "ferry warm --check: %s\n", p)
+	}
+	return &OperationError{fmt.Sprintf("warm --check: %d problems (above)", len(problems))}
 }
 
 // checkTree adds up sizes and cached bytes of the files at or under root
-// into r, and into total those of files not yet seen.
-func checkTree(ctx context.Context, root string, r, total *checkResult, seen map[string]bool, stderr io.Writer) error {
+// into r, and into total those of files not yet seen; a file it cannot
+// ask about is added to problems. An error is about root as a whole.
+func checkTree(ctx context.Context, root string, r, total *checkResult, seen map[string]bool, problems *[]string) error {
 	if _, err := os.Stat(root); err != nil {
 		return err
 	}
 	if _, _, err := ferryMount(root); err != nil {
 		return err
 	}
+	problem := func(p string, err error) error {
+		*problems = append(*problems, fmt.Sprintf("%s: %v", p, err))
+		r.Errors++
+		total.Errors++
+		return nil // keep going with the rest of the tree
+	}
 	return filepath.WalkDir(root, func(p string, d iofs.DirEntry, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "ferry warm --check: %s: %v\n", p, err)
-			r.Errors++
-			total.Errors++
-			return nil
+			return problem(p, err)
 		}
 		if !d.Type().IsRegular() {
 			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
-			fmt.Fprintf(stderr, "ferry warm --check: %s: %v\n", p, err)
-			r.Errors++
-			total.Errors++
-			return nil
+			return problem(p, err)
 		}
 		n, ok, err := cachedBytes(p)
 		if err != nil {
-			fmt.Fprintf(stderr, "ferry warm --check: %s: %v\n", p, err)
-			r.Errors++
-			total.Errors++
-			return nil
+			return problem(p, err)
 		}
 		if !ok {
-			return errors.New("the mount has no disk cache (--cache-dir)")
+			return errNoDiskCache
 		}
 		n = min(n, info.Size())
 		r.Files++

@@ -38,10 +38,19 @@ func TestNotOnFerry(t *testing.T) {
 	stderr.Reset()
 	err = Check(ctx, WarmRequest{Paths: []string{dir}, JSON: true, Stdout: &stdout, Stderr: &stderr})
 	require.ErrorAs(t, err, &oe)
-	assert.Equal(t, "warm --check: 1 errors", oe.Msg)
-	assert.Equal(t, "ferry warm --check: "+dir+": not on a ferry mount\n", stderr.String())
+	assert.Equal(t, "warm --check: "+dir+": not on a ferry mount", oe.Msg, "one problem: the error says it")
+	assert.Empty(t, stderr.String(), "and nothing else does")
 	assert.JSONEq(t, `{"paths":[{"path":"`+dir+`","files":0,"bytes":0,"cached_bytes":0,"percent":100,"errors":1}],
 		"total":{"path":"total","files":0,"bytes":0,"cached_bytes":0,"percent":100,"errors":1}}`, stdout.String())
+
+	// Without --json, no line of figures for a PATH that could not be
+	// checked at all; two problems are listed, and counted.
+	stdout.Reset()
+	err = Check(ctx, WarmRequest{Paths: []string{dir, dir + "/f"}, Stdout: &stdout, Stderr: &stderr})
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "warm --check: 2 problems (above)", oe.Msg)
+	assert.Equal(t, "ferry warm --check: "+dir+": not on a ferry mount\nferry warm --check: "+dir+"/f: not on a ferry mount\n", stderr.String())
+	assert.Empty(t, stdout.String())
 
 	stdout.Reset()
 	stderr.Reset()

@@ -18,8 +18,9 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sys/unix"
+
+	"ferry/progress"
 )
 
 // warmReadSize is each read(2) of warm: large, so the kernel sends ferry
@@ -33,7 +34,8 @@ type WarmRequest struct {
 	Paths []string
 	// Parallel is how many files are read at once (at least 1).
 	Parallel int
-	// Progress shows a progress bar on Stderr.
+	// Progress shows a progress bar on Stderr (whatever Stderr is: the
+	// caller decided).
 	Progress bool
 	// JSON prints the summary as JSON.
 	JSON           bool
@@ -59,7 +61,7 @@ type warmer struct {
 	// Constant data
 	parallel int
 	stderr   io.Writer
-	bar      *progressbar.ProgressBar // nil without a progress bar
+	bar      *progress.Bar // nil without a progress bar
 
 	// Mutable state
 	files, bytes          atomic.Int64 // read now
@@ -95,20 +97,7 @@ type warmSummary struct {
 func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, showBar bool, asJSON bool) error {
 	start := time.Now()
 	if showBar {
-		w.bar = progressbar.NewOptions64(-1,
-			progressbar.OptionSetWriter(w.stderr),
-			progressbar.OptionSetDescription("warming"),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowTotalBytes(true),
-			progressbar.OptionUseIECUnits(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionShowDescriptionAtLineEnd(),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionFullWidth(),
-		)
+		w.bar = progress.New(progress.Config{Writer: w.stderr, Label: "warming", Force: true})
 	}
 	jobs := make(chan warmFile, 1024)
 	var scanDone atomic.Bool
@@ -137,10 +126,7 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 		}()
 	}
 	wg.Wait()
-	if w.bar != nil {
-		_ = w.bar.Finish()
-		fmt.Fprintln(w.stderr)
-	}
+	w.bar.Finish()
 	var notKeptFiles, notKeptBytes int64
 	if ctx.Err() == nil { // not after Ctrl-C: that waits for nothing
 		notKeptFiles, notKeptBytes = w.notKept()
@@ -164,7 +150,7 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 		if s.CachedFiles > 0 {
 			fmt.Fprintf(stdout, "; %d files (%s) were already cached", s.CachedFiles, humanize.IBytes(uint64(s.CachedBytes)))
 		}
-		fmt.Fprintf(stdout, "; %d errors\n", s.Errors)
+		fmt.Fprintf(stdout, "; %s\n", countErrors(s.Errors))
 	}
 	if s.NoDiskCache {
 		fmt.Fprintln(w.stderr, "ferry warm: the mount has no disk cache (--cache-dir); only the kernel page cache was warmed")
@@ -173,13 +159,21 @@ func (w *warmer) run(ctx context.Context, stdout io.Writer, paths []string, show
 		return err
 	}
 	if s.Errors > 0 {
-		return &OperationError{fmt.Sprintf("warm: %d errors", s.Errors)}
+		return &OperationError{"warm: " + countErrors(s.Errors)}
 	}
 	if s.NotKeptFiles > 0 {
 		return &OperationError{fmt.Sprintf("warm: the disk cache does not hold %s of %d files it read: it is smaller than the data (--cache-size, --cache-min-free), or other reads evicted them",
 			humanize.IBytes(uint64(s.NotKeptBytes)), s.NotKeptFiles)}
 	}
 	return nil
+}
+
+// countErrors is "1 error", "2 errors".
+func countErrors(n int64) string {
+	if n == 1 {
+		return "1 error"
+	}
+	return fmt.Sprintf("%d errors", n)
 }
 
 // describe updates the bar's file counts.
@@ -191,16 +185,14 @@ func (w *warmer) describe(scanned bool) {
 	if !scanned {
 		total += "+"
 	}
-	w.bar.Describe(fmt.Sprintf("%d/%s files", w.files.Load()+w.cachedFiles.Load()+w.failed.Load(), total))
+	w.bar.SetNote(fmt.Sprintf("%d/%s files", w.files.Load()+w.cachedFiles.Load()+w.failed.Load(), total))
 }
 
 func (w *warmer) fail(path string, err error) {
 	w.failed.Add(1)
 	w.errMu.Lock()
 	defer w.errMu.Unlock()
-	if w.bar != nil {
-		_ = w.bar.Clear()
-	}
+	w.bar.Clear()
 	fmt.Fprintf(w.stderr, "ferry warm: %s: %v\n", path, err)
 }
 
@@ -251,9 +243,7 @@ func (w *warmer) scan(ctx context.Context, root string, jobs chan<- warmFile, se
 		}
 		w.scanned.Add(1)
 		w.scannedBytes.Add(info.Size())
-		if w.bar != nil {
-			w.bar.ChangeMax64(w.scannedBytes.Load())
-		}
+		w.bar.SetTotal(w.scannedBytes.Load())
 		jobs <- warmFile{path: p, size: info.Size()}
 		return nil
 	})
@@ -361,7 +351,5 @@ func (w *warmer) notKept() (files, bytes int64) {
 }
 
 func (w *warmer) progress(n int64) {
-	if w.bar != nil && n > 0 {
-		_ = w.bar.Add64(n)
-	}
+	w.bar.Add(n)
 }

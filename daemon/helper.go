@@ -65,7 +65,7 @@ func ParseHelperArgs(argv []string) (HelperArgs, error) {
 				val := a[j+1:]
 				if val == "" {
 					if i+1 >= len(argv) {
-						return h, fmt.Errorf("%w: -%c needs a value", flags.ErrInvalid, c)
+						return h, flags.Invalidf("-%c needs a value", c)
 					}
 					i++
 					val = argv[i]
@@ -74,17 +74,17 @@ func ParseHelperArgs(argv []string) (HelperArgs, error) {
 				case 'o':
 					opts = append(opts, val)
 				case 'N':
-					return h, fmt.Errorf("%w: -N %s: mount namespaces are not supported", flags.ErrInvalid, val)
+					return h, flags.Invalidf("-N %s: mount namespaces are not supported", val)
 				}
 				// -t is the type mount(8) already resolved to us.
 				break cluster
 			default:
-				return h, fmt.Errorf("%w: unknown option -%c (usage: mount.ferry SOURCE DIR [-sfnv] [-o options])", flags.ErrInvalid, c)
+				return h, flags.Invalidf("unknown option -%c (usage: mount.ferry SOURCE DIR [-sfnv] [-o options])", c)
 			}
 		}
 	}
 	if len(pos) != 2 {
-		return h, fmt.Errorf("%w: need SOURCE and DIR, got %d argument(s) (usage: mount.ferry SOURCE DIR [-sfnv] [-o options])", flags.ErrInvalid, len(pos))
+		return h, flags.Invalidf("need SOURCE and DIR, got %d argument(s) (usage: mount.ferry SOURCE DIR [-sfnv] [-o options])", len(pos))
 	}
 	joined := strings.Join(opts, ",")
 	var err error

@@ -147,7 +147,7 @@ func newStore(t *testing.T, kind string) *store {
 	switch kind {
 	case "file":
 		dir := t.TempDir()
-		b, err := file.New(dir)
+		b, err := file.New(file.Config{Dir: dir})
 		require.NoError(t, err)
 		return &store{kind: kind, url: "file://" + dir, w: b}
 	case "gcs":

@@ -126,7 +126,7 @@ func FromContext(c *cli.Context) (*Config, error) {
 		}
 		for _, raw := range raws {
 			if err := o.set(cfg, raw); err != nil {
-				return nil, &OptionError{Option: o.Name, Err: err}
+				return nil, &OptionError{Option: o.Name, Value: raw, Err: err}
 			}
 		}
 	}
@@ -136,14 +136,14 @@ func FromContext(c *cli.Context) (*Config, error) {
 
 	args := c.Args().Slice()
 	if len(args) != 2 {
-		return nil, fmt.Errorf("%w: need SOURCE and MOUNTPOINT, got %d argument(s) (usage: ferry [flags] gs://bucket[/prefix] /mnt/dir)", ErrInvalid, len(args))
+		return nil, Invalidf("need SOURCE and MOUNTPOINT, got %d argument(s) (usage: ferry [flags] gs://bucket[/prefix] /mnt/dir)", len(args))
 	}
 	if err := cfg.setSource(args[0], c.IsSet); err != nil {
 		return nil, err
 	}
 	mp, err := filepath.Abs(args[1])
 	if err != nil {
-		return nil, fmt.Errorf("%w: mount point %q: %v", ErrInvalid, args[1], err)
+		return nil, Invalidf("mount point %q: %v", args[1], err)
 	}
 	cfg.MountPoint = resolvePath(mp)
 	for _, p := range []struct{ name, path string }{
@@ -218,22 +218,22 @@ func (cfg *Config) validate(isSet func(string) bool) error {
 func (cfg *Config) setSource(raw string, isSet func(string) bool) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return fmt.Errorf("%w: source %q is not a URL (use gs://bucket[/prefix], s3://bucket[/prefix] or file:///dir)", ErrInvalid, raw)
+		return Invalidf("source %q is not a URL (use gs://bucket[/prefix], s3://bucket[/prefix] or file:///dir)", raw)
 	}
 	switch u.Scheme {
 	case "gs", "s3":
 		if u.Host == "" {
-			return fmt.Errorf("%w: source %q has no bucket name", ErrInvalid, raw)
+			return Invalidf("source %q has no bucket name", raw)
 		}
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return fmt.Errorf("%w: source %q: a file URL needs an absolute path (file:///dir)", ErrInvalid, raw)
+			return Invalidf("source %q: a file URL needs an absolute path (file:///dir)", raw)
 		}
 		if !strings.HasPrefix(u.Path, "/") {
-			return fmt.Errorf("%w: source %q: a file URL needs an absolute path (file:///dir)", ErrInvalid, raw)
+			return Invalidf("source %q: a file URL needs an absolute path (file:///dir)", raw)
 		}
 	default:
-		return fmt.Errorf("%w: source %q: unknown scheme %q (use gs://, s3:// or file://)", ErrInvalid, raw, u.Scheme)
+		return Invalidf("source %q: unknown scheme %q (use gs://, s3:// or file://)", raw, u.Scheme)
 	}
 	storeOnly := map[string]string{
 		"region": "s3", "s3-path-style": "s3",

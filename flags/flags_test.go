@@ -202,6 +202,7 @@ func TestValidationNamesTheOption(t *testing.T) {
 			var oe *OptionError
 			if tc.option == "" {
 				assert.False(t, errors.As(err, &oe), "%v", err)
+				assert.NotContains(t, err.Error(), "option", "an argument is not an option: %v", err)
 				return
 			}
 			require.True(t, errors.As(err, &oe), "%v", err)

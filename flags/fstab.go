@@ -54,7 +54,8 @@ func (e *UnknownMountOptionError) Unwrap() error { return ErrInvalid }
 // Options are separated by commas. As in libmount, a value that contains a
 // comma must be double-quoted: cache_dir="/ssd/a,b". There is no escape for
 // a double quote inside a value. Values are checked later, by the same code
-// that checks command-line flags.
+// that checks command-line flags; AsMountOption makes its errors name the
+// option as -o spells it.
 func ParseMountOptions(s string) ([]string, error) {
 	args, _, err := parseMountOptions(s, false)
 	return args, err
@@ -101,11 +102,11 @@ func parseMountOptions(s string, sloppy bool) (args, unknown []string, err error
 		case o.Kind == Bool:
 			b, err := strconv.ParseBool(value)
 			if err != nil {
-				return nil, nil, optionErr(o.Name, "-o %s: %q is not true or false", item, value)
+				return nil, nil, &OptionError{Option: o.Name, Value: value, Mount: true, Err: fmt.Errorf("%q is not true or false", value)}
 			}
 			args = append(args, o.Flag()+"="+strconv.FormatBool(b))
 		case !hasValue:
-			return nil, nil, optionErr(o.Name, "-o %s needs a value (%s=%s)", key, key, o.ValueName())
+			return nil, nil, &OptionError{Option: o.Name, Mount: true, Err: fmt.Errorf("needs a value (%s=%s)", key, o.ValueName())}
 		default:
 			args = append(args, o.Flag()+"="+value)
 		}
@@ -149,7 +150,7 @@ func splitMountOptions(s string) ([]string, error) {
 		}
 	}
 	if quoted {
-		return nil, fmt.Errorf("%w: -o %s: unbalanced double quote", ErrInvalid, s)
+		return nil, Invalidf("-o %s: unbalanced double quote", s)
 	}
 	return append(items, s[start:]), nil
 }
@@ -163,5 +164,5 @@ func unquote(o *Option, v string) (string, error) {
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && !strings.Contains(v[1:len(v)-1], `"`) {
 		return v[1 : len(v)-1], nil
 	}
-	return "", optionErr(o.Name, "-o %s=%s: quote the whole value (%s=\"...\")", o.Fstab, v, o.Fstab)
+	return "", &OptionError{Option: o.Name, Value: v, Mount: true, Err: fmt.Errorf("quote the whole value (%s=\"...\")", o.Fstab)}
 }

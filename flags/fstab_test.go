@@ -53,10 +53,10 @@ func TestParseMountOptionsErrors(t *testing.T) {
 		{"ro,frobnicate", "-o frobnicate: unknown mount option"},
 		{"nodev=1", "-o nodev=1: unknown mount option"},
 		{"comment=x,a=b", "-o a=b: unknown mount option"},
-		{"cache_dir", "--cache-dir: -o cache_dir needs a value"},
-		{"allow_other=maybe", `--allow-other: -o allow_other=maybe: "maybe" is not true or false`},
+		{"cache_dir", "-o cache_dir: needs a value (cache_dir=PATH)"},
+		{"allow_other=maybe", "-o allow_other=maybe: not true or false"},
 		{`cache_dir="/a`, "unbalanced double quote"},
-		{`cache_dir=/a"b"`, "quote the whole value"},
+		{`cache_dir=/a"b"`, `-o cache_dir=/a"b": quote the whole value`},
 	} {
 		_, err := ParseMountOptions(tc.in)
 		require.Error(t, err, tc.in)
@@ -134,4 +134,31 @@ func FuzzParseMountOptions(f *testing.F) {
 		}
 		assert.LessOrEqual(t, len(args), strings.Count(s, ",")+1)
 	})
+}
+
+// TestMountOptionErrorsNameWhatWasWritten: mount(8)'s helper turns -o into
+// flags, and the errors about them name the option as fstab spells it,
+// with the value once.
+func TestMountOptionErrorsNameWhatWasWritten(t *testing.T) {
+	for _, tc := range []struct {
+		opts, msg string
+	}{
+		{"memory_limit=lots", "-o memory_limit=lots: not a size (use e.g. 200GiB)"},
+		{"cache_dir=/c,cache_size=-5GiB", "-o cache_size=-5GiB: negative"},
+		{"metadata_ttl=-2s", "-o metadata_ttl=-2s: negative; only -1 (forever) is allowed"},
+		{"file_mode=0999", "-o file_mode=0999: not an octal mode (use e.g. 0444)"},
+		// About the option beside others: no value to name, and the
+		// others named as -o spells them.
+		{"cache_size=1GiB", "-o cache_size: needs cache_dir (there is no disk cache without it)"},
+	} {
+		args, err := ParseMountOptions(tc.opts)
+		require.NoError(t, err, tc.opts)
+		_, err = parse(t, append(args, "gs://b", "/m")...)
+		require.Error(t, err, tc.opts)
+		assert.Equal(t, tc.msg, AsMountOption(err).Error(), tc.opts)
+		assert.ErrorIs(t, err, ErrInvalid)
+	}
+	assert.NoError(t, AsMountOption(nil))
+	other := errors.New("not an option")
+	assert.Equal(t, other, AsMountOption(other))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -19,15 +20,74 @@ const Forever time.Duration = -1
 var ErrInvalid = errors.New("invalid option")
 
 // OptionError is an error about one option. Its message starts with the
-// option as the user would write it: `--cache-size: "12 parsecs" is not a
-// size (use e.g. 200GiB)`.
+// option as the user wrote it: `--cache-size: "12 parsecs" is not a size
+// (use e.g. 200GiB)` on the command line, `-o cache_size=12parsecs: not a
+// size (use e.g. 200GiB)` when it came from mount -o or /etc/fstab.
 type OptionError struct {
 	Option string // flag name without dashes, e.g. "cache-size"
-	Err    error
+	// Value is the value the error is about, as given; "" when the error
+	// is about the option beside others.
+	Value string
+	// Mount: the option came from mount -o (see AsMountOption).
+	Mount bool
+	Err   error
 }
 
-func (e *OptionError) Error() string   { return "--" + e.Option + ": " + e.Err.Error() }
+func (e *OptionError) Error() string {
+	if !e.Mount {
+		return "--" + e.Option + ": " + e.Err.Error()
+	}
+	written := e.Option
+	if o, ok := Lookup(e.Option); ok {
+		written = o.Fstab
+	}
+	msg := e.Err.Error()
+	if e.Value != "" {
+		written += "=" + e.Value
+		// The value is named once, in what was written.
+		if rest, ok := strings.CutPrefix(msg, strconv.Quote(e.Value)+" is "); ok {
+			msg = rest
+		}
+	}
+	// Other options it names are spelled as in -o too.
+	msg = flagMention.ReplaceAllStringFunc(msg, func(f string) string {
+		if o, ok := Lookup(f[2:]); ok {
+			return o.Fstab
+		}
+		return f
+	})
+	return "-o " + written + ": " + msg
+}
+
+// flagMention is a long flag named in a message: "--cache-dir".
+var flagMention = regexp.MustCompile(`--[a-z][-a-z0-9]*`)
+
 func (e *OptionError) Unwrap() []error { return []error{e.Err, ErrInvalid} }
+
+// AsMountOption makes the *OptionError in err, if any, name its option as
+// mount -o spells it (memory_limit=lots rather than --memory-limit), for
+// mount(8)'s helper, whose every option came from -o. It returns err.
+func AsMountOption(err error) error {
+	var oe *OptionError
+	if errors.As(err, &oe) {
+		oe.Mount = true
+	}
+	return err
+}
+
+// invalidError is a command-line error about no one option (the
+// arguments, the -o syntax): it matches ErrInvalid, and its message is
+// what is wrong, without "invalid option" in front.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return ErrInvalid }
+
+// Invalidf is an error about the command line that matches ErrInvalid,
+// worded by format alone ("source %q: unknown scheme %q ...").
+func Invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
 
 func optionErr(name, format string, args ...any) error {
 	return &OptionError{Option: name, Err: fmt.Errorf(format, args...)}

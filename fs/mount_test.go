@@ -626,7 +626,7 @@ func TestFileSourceEmptyDirectoryAndTempNames(t *testing.T) {
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(root, "links", "l")))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "f"), []byte("x"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(root, ".ferry-put-notes"), []byte("user"), 0o644))
-	b, err := file.New(root)
+	b, err := file.New(file.Config{Dir: root})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 

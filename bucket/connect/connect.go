@@ -108,7 +108,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Stack, error) {
 	}
 	backend, err := newBackend(ctx, loc, opts)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", loc, err)
+		return nil, fmt.Errorf("%s: %w", loc, err)
 	}
 	inner, err := prefix.New(backend, loc.Prefix)
 	if err != nil {
@@ -242,7 +242,7 @@ func newBackend(ctx context.Context, loc Location, opts Options) (bucket.Bucket,
 			Logger:                opts.Logger,
 		})
 	case SchemeFile:
-		return file.New(loc.Dir)
+		return file.New(file.Config{Dir: loc.Dir, Logger: opts.Logger, Registerer: opts.Registerer})
 	}
 	return nil, fmt.Errorf("%w: unsupported scheme %q", bucket.ErrInvalid, loc.Scheme)
 }

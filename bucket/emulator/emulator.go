@@ -33,6 +33,10 @@ type Tool struct {
 	// EnvVar, when set in the environment, names a prebuilt binary to use
 	// instead of building one (CI builds once and exports it).
 	EnvVar string
+	// FirstBuild is about how long building it takes with empty Go
+	// caches (modules downloaded, everything compiled), to tell a user
+	// who waits for it.
+	FirstBuild time.Duration
 }
 
 var (
@@ -42,6 +46,8 @@ var (
 		Package: "github.com/fsouza/fake-gcs-server",
 		Version: "v1.56.1",
 		EnvVar:  "FERRY_FAKE_GCS_SERVER",
+		// 46-76 s on a 2-vCPU machine (docs/notes/2026-12-02-first-run.md).
+		FirstBuild: 75 * time.Second,
 	}
 	// VersityGW is versitygw, an S3 gateway that serves a local directory.
 	VersityGW = Tool{
@@ -49,6 +55,8 @@ var (
 		Package: "github.com/versity/versitygw/cmd/versitygw",
 		Version: "v1.8.0",
 		EnvVar:  "FERRY_VERSITYGW",
+		// 91 s on a 2-vCPU machine (docs/notes/2026-12-02-first-run.md).
+		FirstBuild: 90 * time.Second,
 	}
 )
 
@@ -71,6 +79,14 @@ var buildMu sync.Mutex
 // `go install pkg@version` on first use. Concurrent test processes share
 // one build through a lock file.
 func Binary(ctx context.Context, tool Tool) (string, error) {
+	return BinaryTelling(ctx, tool, nil)
+}
+
+// BinaryTelling is Binary, saying through say (if not nil; one line per
+// call, without a newline) when it builds the tool, about how long that
+// takes the first time, and how long it took: a first run is otherwise a
+// long silence.
+func BinaryTelling(ctx context.Context, tool Tool, say func(format string, args ...any)) (string, error) {
 	if p := os.Getenv(tool.EnvVar); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%q: %w", tool.EnvVar, p, err)
@@ -104,12 +120,20 @@ func Binary(ctx context.Context, tool Tool) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil // another process built it while we waited
 	}
+	start := time.Now()
+	if say != nil {
+		say("building %s %s with go install, once; with empty Go caches this takes about %v",
+			tool.Name, tool.Version, tool.FirstBuild.Round(time.Second))
+	}
 	cmd := exec.CommandContext(ctx, "go", "install", tool.Package+"@"+tool.Version)
 	// Build outside any module so our go.mod does not constrain it.
 	cmd.Dir = os.TempDir()
 	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building %s@%s: %w\n%s", tool.Package, tool.Version, err, out)
+	}
+	if say != nil {
+		say("built %s in %v, kept in %s", tool.Name, time.Since(start).Round(time.Second), dir)
 	}
 	return bin, nil
 }

@@ -6,8 +6,12 @@
 // It must never touch anything outside the root: names with "..", ".",
 // empty components, NUL or a leading "/" are rejected before any system
 // call, and every access goes through an os.Root, which refuses symbolic
-// links that lead out of the root. Listings show only regular files and
-// directories and never follow symbolic links at all.
+// links that lead out of the root. Symbolic links are followed to the
+// files and directories they name inside the root (links.go), and shown
+// under their own names; a link that leads out of the root, points to
+// nothing or goes round a loop is hidden, counted and logged once.
+// Listings show only regular files and directories, reached directly or
+// through links.
 package file
 
 import (
@@ -18,13 +22,18 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"ferry/bucket"
 )
@@ -56,9 +65,17 @@ func isTemp(name string) bool {
 
 // Bucket is a directory tree seen as a bucket. Safe for concurrent use.
 type Bucket struct {
+	// Dependencies
+	log *slog.Logger // nil discards
+
 	// Constant data
-	dir  string   // absolute root, for Name()
-	root *os.Root // every file access goes through it
+	dir     string   // absolute root, for Name()
+	realDir string   // dir with its symbolic links resolved
+	root    *os.Root // every file access goes through it
+
+	// Mutable state
+	hiddenLinks  atomic.Uint64 // see HiddenLinks
+	hiddenLogged atomic.Bool
 
 	mu sync.Mutex
 	// lastMtime is the mtime given to the most recent Put. Put makes mtimes
@@ -67,26 +84,71 @@ type Bucket struct {
 	lastMtime time.Time // GUARDED_BY(mu)
 }
 
-// New opens dir (which must exist) as a bucket.
-func New(dir string) (*Bucket, error) {
+// Config says which directory to serve, and where to report what it
+// hides.
+type Config struct {
+	// Dir is the root; it must exist.
+	Dir string
+	// Logger gets the first hidden symbolic link; nil discards.
+	Logger *slog.Logger
+	// Registerer receives ferry_file_hidden_links_total; nil registers
+	// none (HiddenLinks still counts).
+	Registerer prometheus.Registerer
+}
+
+// New opens cfg.Dir as a bucket.
+func New(cfg Config) (*Bucket, error) {
+	dir := cfg.Dir
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("file: %q: %w: %w", dir, bucket.ErrInvalid, err)
 	}
+	// The caller names the directory (the URL): say only what is wrong.
 	fi, err := os.Stat(abs)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &rootError{"no such directory", bucket.ErrNotFound, err}
+	case errors.Is(err, fs.ErrPermission):
+		return nil, &rootError{"permission denied", bucket.ErrPermission, err}
+	case err != nil:
 		return nil, mapErr(context.Background(), "open", abs, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("file: %q is not a directory: %w", abs, bucket.ErrInvalid)
+	case !fi.IsDir():
+		return nil, &rootError{"not a directory", bucket.ErrInvalid, nil}
 	}
 	root, err := os.OpenRoot(abs)
 	if err != nil {
 		return nil, mapErr(context.Background(), "open", abs, err)
 	}
 	learnPathEscapes(root)
-	return &Bucket{dir: abs, root: root}, nil
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		real = abs
+	}
+	b := &Bucket{log: cfg.Logger, dir: abs, realDir: real, root: root}
+	if reg := cfg.Registerer; reg != nil {
+		err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ferry_file_hidden_links_total",
+			Help: "Symbolic links in a file:// source hidden because they lead out of it, point to nothing or loop.",
+		}, func() float64 { return float64(b.hiddenLinks.Load()) }))
+		var are prometheus.AlreadyRegisteredError
+		if err != nil && !errors.As(err, &are) { // another bucket's, in tests: it keeps the name
+			root.Close()
+			return nil, err
+		}
+	}
+	return b, nil
 }
+
+// rootError is New's error about the directory itself: what is wrong with
+// it, in a few words, matching a bucket sentinel and the os error.
+type rootError struct {
+	what     string
+	sentinel error
+	err      error // nil when the os said nothing
+}
+
+func (e *rootError) Error() string   { return e.what }
+func (e *rootError) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 // Close releases the root directory handle. The bucket must not be used
 // afterwards.
@@ -142,11 +204,13 @@ func learnPathEscapes(root *os.Root) {
 // original for logs.
 func mapErr(ctx context.Context, op, name string, err error) error {
 	var sentinel error
+	var le *linkError
 	switch {
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR),
+	case errors.As(err, &le), errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR),
 		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP),
 		errPathEscapes != nil && errors.Is(err, errPathEscapes):
-		// A link out of the root is, for the bucket, nothing.
+		// A link out of the root (or one hidden by links.go) is, for
+		// the bucket, nothing.
 		sentinel = bucket.ErrNotFound
 	case errors.Is(err, fs.ErrPermission): // EACCES, EPERM
 		sentinel = bucket.ErrPermission
@@ -214,7 +278,7 @@ func (b *Bucket) Stat(ctx context.Context, req *bucket.StatRequest) (*bucket.Obj
 	if isTemp(req.Name) {
 		return nil, notFound("stat", req.Name, "a temporary file of Put")
 	}
-	fi, err := b.root.Lstat(req.Name)
+	_, fi, _, err := b.resolve(req.Name)
 	if err != nil {
 		return nil, mapErr(ctx, "stat", req.Name, err)
 	}
@@ -244,10 +308,10 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 	if isTemp(req.Name) {
 		return nil, notFound("read", req.Name, "a temporary file of Put")
 	}
-	// A symbolic link is not an object (os.Root would follow it, within
-	// the root). If the name is swapped for a link after this check, the
-	// worst case is reading a file inside the root.
-	lfi, err := b.root.Lstat(req.Name)
+	// Links followed here, so that none is followed out of the root or
+	// round a loop. If a name on the way is swapped for a link after
+	// this, os.Root still keeps the open inside the root.
+	real, lfi, _, err := b.resolve(req.Name)
 	if err != nil {
 		return nil, mapErr(ctx, "read", req.Name, err)
 	}
@@ -255,7 +319,7 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 		return nil, notFound("read", req.Name, "not a regular file")
 	}
 	// O_NONBLOCK: never hang opening a FIFO swapped in after the check.
-	f, err := b.root.OpenFile(req.Name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := b.root.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, mapErr(ctx, "read", req.Name, err)
 	}
@@ -385,6 +449,7 @@ type walker struct {
 
 type entry struct {
 	key   string // object name, or prefix ending in "/"
+	real  string // an object's path under the root, links followed
 	isDir bool
 	// marker: key is the directory being listed, which holds nothing
 	// listable (see walker.dir).
@@ -398,23 +463,17 @@ func (w *walker) dir(dir, partial string) error {
 	if err := ctxErr(w.ctx, "list", dir); err != nil {
 		return err
 	}
-	name := strings.TrimSuffix(dir, "/")
-	if name == "" {
-		name = "."
+	real, dirInfo, dirs, err := w.b.resolve(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return mapErr(w.ctx, "list", dir, err)
 	}
-	var dirInfo fs.FileInfo
-	if name != "." {
-		// Listings never follow a symbolic link, not even inside the root.
-		fi, err := w.b.root.Lstat(name)
-		dirInfo = fi
-		if err != nil {
-			return mapErr(w.ctx, "list", dir, err)
-		}
-		if !fi.IsDir() {
-			return notFound("list", dir, "not a directory")
-		}
+	if !dirInfo.IsDir() {
+		return notFound("list", dir, "not a directory")
 	}
-	f, err := w.b.root.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if dir == "" {
+		dirInfo = nil // the root has no marker
+	}
+	f, err := w.b.root.OpenFile(orRoot(real), os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return mapErr(w.ctx, "list", dir, err)
 	}
@@ -423,19 +482,9 @@ func (w *walker) dir(dir, partial string) error {
 	if err != nil {
 		return mapErr(w.ctx, "list", dir, err)
 	}
-	entries := make([]entry, 0, len(des))
-	for _, de := range des {
-		n := de.Name()
-		if !strings.HasPrefix(n, partial) || strings.HasPrefix(n, tempPrefix) {
-			continue
-		}
-		switch t := de.Type(); {
-		case t.IsDir():
-			entries = append(entries, entry{key: dir + n + "/", isDir: true})
-		case t.IsRegular():
-			entries = append(entries, entry{key: dir + n})
-		}
-		// Symbolic links, devices, sockets and FIFOs are not objects.
+	entries, err := w.entries(dir, real, partial, des, dirs)
+	if err != nil {
+		return err
 	}
 	if len(entries) == 0 && partial == "" && dirInfo != nil {
 		// A directory with nothing listable in it is shown as the stores
@@ -480,7 +529,7 @@ func (w *walker) dir(dir, partial string) error {
 		case e.isDir:
 			w.listing.Prefixes = append(w.listing.Prefixes, e.key)
 		default:
-			fi, err := w.b.root.Lstat(e.key)
+			fi, err := w.b.root.Lstat(e.real)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					continue // removed while listing
@@ -495,6 +544,46 @@ func (w *walker) dir(dir, partial string) error {
 		w.last = e.key
 	}
 	return nil
+}
+
+// entries are the entries of directory dir (real: its path under the
+// root; dirs: see resolve) whose names start with partial that are
+// objects or prefixes: regular files and directories, directly or through
+// symbolic links. Links that are hidden are counted; devices, sockets and
+// FIFOs are not objects.
+func (w *walker) entries(dir, real, partial string, des []fs.DirEntry, dirs []string) ([]entry, error) {
+	out := make([]entry, 0, len(des))
+	for _, de := range des {
+		n := de.Name()
+		if !strings.HasPrefix(n, partial) || strings.HasPrefix(n, tempPrefix) {
+			continue
+		}
+		p, t := path.Join(real, n), de.Type()
+		if t&fs.ModeSymlink != 0 {
+			r := resolver{b: w.b}
+			target, fi, err := r.step(real, n)
+			if err == nil && fi.IsDir() && slices.Contains(dirs, target) {
+				// A link to a directory above it: the tree would be endless.
+				err = &linkError{link: p, why: errLoop}
+			}
+			if err != nil {
+				w.b.noteHiddenLink(err)
+				var le *linkError
+				if errors.As(err, &le) || errors.Is(err, fs.ErrNotExist) {
+					continue // hidden, or removed while listing
+				}
+				return nil, mapErr(w.ctx, "list", dir+n, err)
+			}
+			p, t = target, fi.Mode().Type()
+		}
+		switch {
+		case t.IsDir():
+			out = append(out, entry{key: dir + n + "/", isDir: true})
+		case t.IsRegular():
+			out = append(out, entry{key: dir + n, real: p})
+		}
+	}
+	return out, nil
 }
 
 // Put implements bucket.Writer: the data goes to a temporary file in the

@@ -37,11 +37,14 @@ package gcs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -158,7 +161,10 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		}
 		rt, err = htransport.NewTransport(ctx, rt, credOpts...)
 		if err != nil {
-			return nil, fmt.Errorf("gcs: credentials (use anonymous access for public buckets): %w: %w", bucket.ErrPermission, err)
+			if cfg.KeyFile == "" && !defaultCredentialsGiven() {
+				return nil, &noCredentialsError{err: err}
+			}
+			return nil, fmt.Errorf("gcs: credentials: %w: %w", bucket.ErrPermission, err)
 		}
 		opts = append(opts, credOpts...)
 	}
@@ -174,6 +180,45 @@ func New(ctx context.Context, cfg Config) (*Bucket, error) {
 		bkt = bkt.UserProject(cfg.BillingProject)
 	}
 	return &Bucket{client: client, bkt: bkt, name: "gs://" + cfg.Bucket, readTimeout: cfg.ReadTimeout}, nil
+}
+
+// ErrNoCredentials is matched by New's error when it found no credentials
+// at all: no key file, none in GOOGLE_APPLICATION_CREDENTIALS or gcloud's
+// application default credentials, and no metadata server (not on Google
+// Cloud). It comes with bucket.ErrPermission. A public bucket needs
+// Config.Anonymous instead.
+var ErrNoCredentials = errors.New("no credentials found")
+
+// noCredentialsError says once that there are none, rather than the
+// library's text after ours.
+type noCredentialsError struct{ err error }
+
+func (e *noCredentialsError) Error() string {
+	return "gcs: no credentials found (no GOOGLE_APPLICATION_CREDENTIALS, no gcloud application default credentials, not on Google Cloud)"
+}
+
+func (e *noCredentialsError) Unwrap() []error {
+	return []error{ErrNoCredentials, bucket.ErrPermission, e.err}
+}
+
+// defaultCredentialsGiven reports whether the places the library reads
+// credentials from besides the metadata server name some: the environment
+// variable, or gcloud's well-known file. When one does and still fails, the
+// library's own error says what is wrong with it.
+func defaultCredentialsGiven() bool {
+	if os.Getenv("GOOGLE_APPLICATION_CREDENTIALS") != "" {
+		return true
+	}
+	dir := os.Getenv("CLOUDSDK_CONFIG")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return false
+		}
+		dir = filepath.Join(home, ".config", "gcloud")
+	}
+	_, err := os.Stat(filepath.Join(dir, "application_default_credentials.json"))
+	return err == nil
 }
 
 // Close releases idle connections.

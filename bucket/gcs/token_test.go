@@ -59,3 +59,27 @@ func TestTokenEndpointRefusal(t *testing.T) {
 		})
 	}
 }
+
+// TestNoCredentials: with no credentials anywhere, New says so once and
+// matches ErrNoCredentials (the command line names --anonymous for it);
+// credentials that are named but broken keep the library's reason.
+func TestNoCredentials(t *testing.T) {
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
+	t.Setenv("GCE_METADATA_HOST", "")
+	b, err := New(t.Context(), Config{Bucket: "b"})
+	if err == nil {
+		b.Close()
+		t.Skip("this machine has credentials (a metadata server): nothing to test")
+	}
+	assert.ErrorIs(t, err, ErrNoCredentials)
+	assert.ErrorIs(t, err, bucket.ErrPermission)
+	assert.Equal(t, "gcs: no credentials found (no GOOGLE_APPLICATION_CREDENTIALS, no gcloud application default credentials, not on Google Cloud)", err.Error())
+
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "missing.json"))
+	_, err = New(t.Context(), Config{Bucket: "b"})
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNoCredentials)
+	assert.ErrorIs(t, err, bucket.ErrPermission)
+	assert.Contains(t, err.Error(), "missing.json", "the library says what is wrong with the file named")
+}

@@ -30,6 +30,8 @@ type Options struct {
 	Seed      uint64   `json:"seed"`
 	Progress  bool     `json:"progress"`
 	Verify    bool     `json:"verify"`
+	// Full: the demo prints the full table too, before its short one.
+	Full bool `json:"full,omitempty"`
 	// Pairs: warm reads of the workloads with a warm target, alternately
 	// on local disk and through ferry, this many times each.
 	Pairs int `json:"pairs"`
@@ -147,7 +149,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	ferryArgs := fs.String("ferry-args", "", "extra flags for every ferry mount, e.g. \"--memory-limit 256MiB --max-connections 32\"")
 	workloads := fs.String("workloads", strings.Join(o.Workloads, ","), "comma-separated workloads: "+strings.Join(allWorkloads, ","))
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "dataset and random-offset seed")
-	noProgress := fs.Bool("no-progress", false, "no progress bar on stderr")
+	noProgress := fs.Bool("no-progress", false, "no progress bar on stderr (there is none when stderr is not a terminal)")
+	fs.BoolVar(&o.Full, "full", false, "demo: print the full table (every column, ferry's goals) before the short one")
 	fs.IntVar(&o.Pairs, "pairs", o.Pairs, "after the warm phase, read each workload that has a warm target this many times more, alternately on local disk and through ferry; the order swapped every pair, so even; the warm targets use the median ratio of these neighbours in time (the local disk's rate drifts during a run)")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "after the timed phases, compare a sample of the bytes read with the generator")
 

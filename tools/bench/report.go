@@ -208,7 +208,7 @@ func pairedMarkdown(ps []Paired) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\nWarm reads in pairs: each workload read again, alternately on local disk and through ferry (page cache dropped before each read; which goes first is swapped every pair). The warm targets use the median ratio.\n\n| workload | ferry / local MiB/s, pair by pair | ratios | median | store requests | store MiB |\n|---|---|---|--:|--:|--:|\n")
+	b.WriteString("\nWarm reads in pairs: each workload read again, alternately on local disk and through ferry (page cache dropped before each read; which goes first is swapped every pair). The warm goals use the median ratio.\n\n| workload | ferry / local MiB/s, pair by pair | ratios | median | store requests | store MiB |\n|---|---|---|--:|--:|--:|\n")
 	for _, p := range ps {
 		var rates, ratios []string
 		for i := range p.Ratios {
@@ -339,6 +339,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "ferry flags: `%s`\n\n", shellJoin(rep.FerryArgs))
 	}
 	b.WriteString(markdownTable(rep.Rows))
+	b.WriteString("\nWhat each column means: docs/bench/README.md#reading-the-table.\n")
 	b.WriteString(targetsMarkdown(rep.Targets))
 	b.WriteString(pairedMarkdown(rep.Paired))
 	if c := rep.Emulator; c != nil {
@@ -346,7 +347,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 			c.FerryCPU, c.StoreCPU, c.BenchCPU, 100*c.StoreShare)
 	}
 	if f := rep.Folios; f != nil {
-		fmt.Fprintf(&b, "\nPage-cache folios filled by reading the first %.0f MiB of %s: %d KiB on average from local disk, %d KiB through ferry. Where ferry's are smaller, filling the page cache likely costs its readers more per byte than local disk's readers (see docs/notes/2026-12-01-cold-rows-folios.md).\n",
+		fmt.Fprintf(&b, "\nThe kernel's page cache took the first %.0f MiB of %s in blocks (folios) of %d KiB on average from local disk, %d KiB through ferry. The kernel likely pays per block, so smaller ones cost ferry's readers more per byte than local disk's (see docs/notes/2026-12-01-cold-rows-folios.md).\n",
 			float64(f.Bytes)/mib, f.File, f.LocalKiB, f.FerryKiB)
 	}
 	for _, n := range rep.Notes {
@@ -359,60 +360,92 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	return err
 }
 
-// markdownTable renders rows; empty cells mean "not applicable".
+// tableHeader names the columns of markdownTable, each with its unit.
+var tableHeader = []string{"workload", "phase", "MiB/s", "vs local", "vs link limit", "store req", "store MiB",
+	"store bytes per byte read", "store req in flight (mean)", "ferry peak RSS MiB", "CPU s ferry / store / bench", "AU", "notes"}
+
+// markdownTable renders rows; an empty cell means "not applicable", and a
+// column empty in every row is left out (the AU of runs without MLPerf).
+// docs/bench/README.md says what each column is.
 func markdownTable(rows []Row) string {
-	var b strings.Builder
-	b.WriteString("| workload | phase | MiB/s | vs local | vs link limit | store req | store MiB | read ampl. | req in flight | ferry peak RSS MiB | CPU s ferry / store / bench | AU | notes |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
-	for _, r := range rows {
-		rate := fmt.Sprintf("%.1f", r.Rate()/mib)
-		if r.metadataOnly() {
-			rate = fmt.Sprintf("%.0f op/s", r.OpsRate())
-		}
-		vsLimit := ""
-		if r.VsLimit > 0 {
-			vsLimit = fmt.Sprintf("%.0f%% of %.0f", 100*r.VsLimit, r.Limit/mib)
-		}
-		store, ampl := "", ""
-		if r.Phase != PhaseLocal && (r.Target == "ferry" || r.Target == "store") {
-			store = fmt.Sprintf("%d", r.StoreRequests)
-			ampl = fmtRatio(r.Amplification())
-		}
-		storeMiB, inflight := "", ""
-		if store != "" {
-			storeMiB = fmt.Sprintf("%.1f", float64(r.StoreBytes)/mib)
-			inflight = fmt.Sprintf("%.1f", r.StoreInFlight)
-		}
-		rss := ""
-		if r.FerryPeakRSS > 0 {
-			rss = fmt.Sprintf("%.0f", float64(r.FerryPeakRSS)/mib)
-		}
-		cpu := fmt.Sprintf("%.1f / %.1f / %.1f", r.FerryCPU, r.StoreCPU, r.BenchCPU)
-		au := ""
-		if r.Pass != nil {
-			verdict := "fail"
-			if *r.Pass {
-				verdict = "pass"
+	cells := make([][]string, len(rows))
+	for i, r := range rows {
+		cells[i] = tableCells(r)
+	}
+	var keep []int
+	for c := range tableHeader {
+		for _, row := range cells {
+			if row[c] != "" {
+				keep = append(keep, c)
+				break
 			}
-			au = fmt.Sprintf("%.0f%% %s (%d acc.)", 100*r.AU, verdict, r.Accelerators)
 		}
-		var notes []string
-		if r.Verified != "" {
-			notes = append(notes, "bytes "+r.Verified)
+	}
+	line := func(cols []string) string {
+		var out []string
+		for _, c := range keep {
+			out = append(out, cols[c])
 		}
-		if r.StoreErrors > 0 {
-			notes = append(notes, fmt.Sprintf("%d store requests cut short", r.StoreErrors))
-		}
-		if r.StealCPU >= stealNote {
-			notes = append(notes, fmt.Sprintf("hypervisor took %.1f CPU-s", r.StealCPU))
-		}
-		if r.Error != "" {
-			notes = append(notes, "ERROR: "+strings.ReplaceAll(r.Error, "|", "/"))
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.Workload, r.Phase, rate, fmtPct(r.VsLocal), vsLimit, store, storeMiB, ampl, inflight, rss, cpu, au, strings.Join(notes, "; "))
+		return "| " + strings.Join(out, " | ") + " |\n"
+	}
+	var b strings.Builder
+	b.WriteString(line(tableHeader))
+	align := make([]string, len(tableHeader))
+	for c := range align {
+		align[c] = "--:"
+	}
+	align[0], align[1], align[len(align)-1] = "---", "---", "---"
+	b.WriteString(strings.ReplaceAll(line(align), " ", ""))
+	for _, row := range cells {
+		b.WriteString(line(row))
 	}
 	return b.String()
+}
+
+// tableCells are r's cells, in tableHeader's order.
+func tableCells(r Row) []string {
+	rate := fmt.Sprintf("%.1f", r.Rate()/mib)
+	if r.metadataOnly() {
+		rate = fmt.Sprintf("%.0f op/s", r.OpsRate())
+	}
+	vsLimit := ""
+	if r.VsLimit > 0 {
+		vsLimit = fmt.Sprintf("%.0f%% of %.0f MiB/s", 100*r.VsLimit, r.Limit/mib)
+	}
+	store, storeMiB, ampl, inflight := "", "", "", ""
+	if r.Phase != PhaseLocal && (r.Target == "ferry" || r.Target == "store") {
+		store = fmt.Sprintf("%d", r.StoreRequests)
+		storeMiB = fmt.Sprintf("%.1f", float64(r.StoreBytes)/mib)
+		ampl = fmtRatio(r.Amplification())
+		inflight = fmt.Sprintf("%.1f", r.StoreInFlight)
+	}
+	rss := ""
+	if r.FerryPeakRSS > 0 {
+		rss = fmt.Sprintf("%.0f", float64(r.FerryPeakRSS)/mib)
+	}
+	cpu := fmt.Sprintf("%.1f / %.1f / %.1f", r.FerryCPU, r.StoreCPU, r.BenchCPU)
+	au := ""
+	if r.Pass != nil {
+		verdict := "fail"
+		if *r.Pass {
+			verdict = "pass"
+		}
+		au = fmt.Sprintf("%.0f%% %s (%d acc.)", 100*r.AU, verdict, r.Accelerators)
+	}
+	var notes []string
+	if r.Verified != "" {
+		notes = append(notes, "bytes "+r.Verified)
+	}
+	if r.StoreErrors > 0 {
+		notes = append(notes, fmt.Sprintf("%d store requests cut short", r.StoreErrors))
+	}
+	if r.StealCPU >= stealNote {
+		notes = append(notes, fmt.Sprintf("hypervisor took %.1f CPU-s", r.StealCPU))
+	}
+	if r.Error != "" {
+		notes = append(notes, "ERROR: "+strings.ReplaceAll(r.Error, "|", "/"))
+	}
+	return []string{r.Workload, r.Phase, rate, fmtPct(r.VsLocal), vsLimit, store, storeMiB, ampl, inflight, rss, cpu, au, strings.Join(notes, "; ")}
 }
 
 func fmtPct(v float64) string {

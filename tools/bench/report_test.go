@@ -98,7 +98,8 @@ func TestMarkdown(t *testing.T) {
 	assert.Contains(t, out, "`go run ./tools/bench run --ferry-args '--memory-limit 256MiB'`")
 	assert.Contains(t, out, "2 CPUs (Xeon), 24.0 GiB RAM, Linux 6.1")
 	assert.Contains(t, out, "30 ms round trip, 50 MB/s per connection, 500 MB/s in all")
-	assert.Contains(t, out, "| seq-1 | cold | 400.0 | 40% | 84% of 477 | 10 | 1000.0 | 1.00 | 9.5 | 300 | 1.0 / 2.0 / 1.0 |  | 2 store requests cut short |")
+	assert.Contains(t, out, "| seq-1 | cold | 400.0 | 40% | 84% of 477 MiB/s | 10 | 1000.0 | 1.00 | 9.5 | 300 | 1.0 / 2.0 / 1.0 |  | 2 store requests cut short |")
+	assert.Contains(t, out, "What each column means: docs/bench/README.md#reading-the-table.")
 	assert.Contains(t, out, "| walk | cold | 1000 op/s | 10% |")
 	assert.Contains(t, out, "| hypervisor took 1.2 CPU-s |", "steal time is noted")
 	assert.NotContains(t, out, "hypervisor took 0", "small steal is not")
@@ -107,7 +108,7 @@ func TestMarkdown(t *testing.T) {
 	assert.Contains(t, out, "ERROR: boom / bang", "a pipe would break the table")
 	assert.Contains(t, out, "the emulator took 50% of it")
 	assert.Contains(t, out, "- a note")
-	assert.Contains(t, out, "first 64 MiB of large/00000.bin: 2048 KiB on average from local disk, 4 KiB through ferry")
+	assert.Contains(t, out, "first 64 MiB of large/00000.bin in blocks (folios) of 2048 KiB on average from local disk, 4 KiB through ferry")
 	// Every table line has the same number of cells.
 	var cols int
 	for _, line := range strings.Split(out, "\n") {
@@ -120,6 +121,21 @@ func TestMarkdown(t *testing.T) {
 		}
 		assert.Equal(t, cols, n, line)
 	}
+}
+
+// TestMarkdownDropsEmptyColumns: a column empty in every row (the AU
+// without MLPerf, the notes of a clean run) is left out, header included.
+func TestMarkdownDropsEmptyColumns(t *testing.T) {
+	rows := demoRows()[:6]
+	got := markdownTable(rows)
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	require.Len(t, lines, 2+len(rows))
+	assert.Equal(t, "| workload | phase | MiB/s | vs local | store req | store MiB | store req in flight (mean) | CPU s ferry / store / bench |", lines[0])
+	assert.Equal(t, "|---|---|--:|--:|--:|--:|--:|--:|", lines[1])
+	for _, l := range lines {
+		assert.Equal(t, 9, strings.Count(l, "|"), l)
+	}
+	assert.NotContains(t, got, "AU")
 }
 
 func TestJSONRoundTrip(t *testing.T) {

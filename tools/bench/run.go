@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
+	"ferry/bucket/emulator"
+	"ferry/progress"
 	"ferry/tools/bench/dataset"
 	"ferry/tools/bench/netem"
 	"ferry/tools/bench/workload"
@@ -31,6 +31,7 @@ type bench struct {
 	mounts int // mounts so far, to name their logs
 
 	report     *Report
+	bar        *progress.Bar // of the phase running, nil without one
 	dropFailed bool
 	// foliosTried: measureFolios ran (once per run, even if it failed).
 	foliosTried bool
@@ -51,32 +52,24 @@ func (b *bench) dropCaches() {
 	}
 }
 
-// newBar is a progress bar on stderr for one phase (nil when disabled).
+// newBar is a progress bar on stderr for one phase: none with
+// --no-progress, and none when stderr is not a terminal, so that a log
+// file gets no "\r" or escape codes (package progress).
 func (b *bench) newBar(desc string, total int64) workload.Progress {
 	if !b.opts.Progress {
 		return nil
 	}
-	if total <= 0 {
-		total = -1
+	b.bar = progress.New(progress.Config{Writer: b.stderr, Label: desc, Total: total, Clear: true})
+	if b.bar == nil {
+		return nil
 	}
-	bar := progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(b.stderr),
-		progressbar.OptionSetDescription(fmt.Sprintf("%-22s", desc)),
-		progressbar.OptionShowBytes(true),
-		progressbar.OptionUseIECUnits(true),
-		progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(200*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionSetPredictTime(false),
-	)
-	return func(n int64) { _ = bar.Add64(n) }
+	return b.bar.Add
 }
 
-// finishBar clears the bar line.
+// finishBar removes the bar, if there is one.
 func (b *bench) finishBar() {
-	if b.opts.Progress {
-		fmt.Fprint(b.stderr, "\r\033[K")
-	}
+	b.bar.Finish()
+	b.bar = nil
 }
 
 // measure runs w once against root and fills the row with the store's and
@@ -99,7 +92,7 @@ func (b *bench) measure(ctx context.Context, w Workload, phase, target, root str
 	steal0, stealErr := stealCPU()
 	wall0 := time.Now()
 
-	row, err := w.Run(ctx, root, b.newBar(w.Name+" "+phase, w.Expect))
+	row, err := w.Run(ctx, root, b.newBar(w.Name+", "+phaseLabel(phase), w.Expect))
 	b.finishBar()
 
 	wall := time.Since(wall0)
@@ -143,6 +136,25 @@ func (b *bench) measure(ctx context.Context, w Workload, phase, target, root str
 	return row
 }
 
+// phaseLabel is a phase as the progress lines name it.
+func phaseLabel(phase string) string {
+	switch phase {
+	case PhaseLocal:
+		return "local disk"
+	case PhaseDirect:
+		return "store alone"
+	case PhaseCold:
+		return "epoch 1 (cold)"
+	case PhaseWarm:
+		return "epoch 2 (warm)"
+	case PhaseRemount:
+		return "epoch 3 (remount)"
+	}
+	return phase
+}
+
+// printRow is a row's line on stderr as it ends: the rate, and for ferry
+// what it cost.
 func (b *bench) printRow(r Row) {
 	rate := fmt.Sprintf("%8.1f MiB/s", r.Rate()/mib)
 	if r.metadataOnly() {
@@ -150,8 +162,12 @@ func (b *bench) printRow(r Row) {
 	}
 	extra := ""
 	if r.Target == "ferry" && r.Phase != PhaseLocal {
-		extra = fmt.Sprintf("  store %d req %.1f MiB (%.1f in flight, %d cut)  rss %.0f MiB  cpu ferry %.1fs store %.1fs bench %.1fs",
-			r.StoreRequests, float64(r.StoreBytes)/mib, r.StoreInFlight, r.StoreErrors, float64(r.FerryPeakRSS)/mib, r.FerryCPU, r.StoreCPU, r.BenchCPU)
+		extra = fmt.Sprintf("  store: %d requests, %.1f MiB, %.1f at a time", r.StoreRequests, float64(r.StoreBytes)/mib, r.StoreInFlight)
+		if r.StoreErrors > 0 {
+			extra += fmt.Sprintf(", %d cut short", r.StoreErrors)
+		}
+		extra += fmt.Sprintf("; ferry: peak RSS %.0f MiB; CPU-s: ferry %.1f, store %.1f, bench %.1f",
+			float64(r.FerryPeakRSS)/mib, r.FerryCPU, r.StoreCPU, r.BenchCPU)
 	}
 	if r.StealCPU >= stealNote {
 		extra += fmt.Sprintf("  steal %.1fs", r.StealCPU)
@@ -165,7 +181,7 @@ func (b *bench) printRow(r Row) {
 	if r.Error != "" {
 		extra += "  ERROR " + r.Error
 	}
-	b.logf("%-14s %-8s %s%s", r.Workload, r.Phase, rate, extra)
+	b.logf("%-14s %-17s %s%s", r.Workload, phaseLabel(r.Phase), rate, extra)
 }
 
 // prepareData writes the local copy (kept between runs of the same spec).
@@ -251,7 +267,9 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 		if err != nil {
 			return err
 		}
-		if !b.foliosTried && ctx.Err() == nil {
+		// Not in the demo: a newcomer's run has no use for the kernel's
+		// page-cache folios, and it saves a mount and a 64 MiB read.
+		if !b.foliosTried && ctx.Err() == nil && b.opts.Command != "demo" {
 			b.foliosTried = true
 			b.measureFolios(ctx)
 		}
@@ -273,7 +291,7 @@ func (b *bench) runFerry(ctx context.Context, groups [][]Workload) error {
 			return err
 		}
 		if du, err := dirUsage(cacheDir); err == nil {
-			b.logf("cache %s holds %.0f MiB on disk", filepath.Base(cacheDir), float64(du)/mib)
+			b.logf("ferry's disk cache (%s) holds %.0f MiB", cacheDir, float64(du)/mib)
 		}
 		_ = os.RemoveAll(cacheDir)
 	}
@@ -422,7 +440,7 @@ func oneLine(s string) string {
 }
 
 // derive computes the figures that follow from the rows: ratios to
-// local disk, the CPU summary and, for ferry runs, the issues' targets.
+// local disk, the CPU summary and, for ferry runs, ferry's goals.
 func (rep *Report) derive(ferry bool) {
 	fillRatios(rep.Rows)
 	rep.Emulator = costOf(rep.Rows)
@@ -503,6 +521,13 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 		if place.Why != "" {
 			b.logf("the emulator's objects go to disk: %s", place.Why)
 		}
+		tool := emulator.FakeGCS
+		if o.Store == "s3" {
+			tool = emulator.VersityGW
+		}
+		if _, err := emulator.BinaryTelling(ctx, tool, b.logf); err != nil {
+			return err
+		}
 		b.logf("starting the %s emulator behind the emulated link (%v RTT, %.0f MB/s per connection, %.0f MB/s in all), %s", o.Store, o.RTT, o.ConnMBs, o.LinkMBs, place.describe())
 		b.remote, err = StartRemote(ctx, o.Store, storeDir, b.link)
 		if err != nil {
@@ -518,6 +543,7 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 		bin := o.FerryBin
 		if bin == "" {
 			t := time.Now()
+			b.logf("building ferry from this tree (go build)")
 			if bin, err = buildFerry(ctx, o.WorkDir); err != nil {
 				return err
 			}
@@ -602,12 +628,20 @@ func (b *bench) chartCap() float64 {
 // write prints the table and writes --out.
 func (b *bench) write(stdout io.Writer) error {
 	fmt.Fprintln(stdout)
-	if b.opts.Command == "demo" {
-		fmt.Fprintln(stdout, "Epoch 1 = cold (empty ferry cache), epoch 2 = warm (page cache dropped, ferry cache full), epoch 3 = after unmount and a new ferry on the same cache.")
-		fmt.Fprintln(stdout)
+	demo := b.opts.Command == "demo"
+	if !demo || b.opts.Full {
+		if err := b.report.WriteMarkdown(stdout); err != nil {
+			return err
+		}
 	}
-	if err := b.report.WriteMarkdown(stdout); err != nil {
-		return err
+	if demo {
+		// The demo ends with what a newcomer reads first (demo.go).
+		if b.opts.Full {
+			fmt.Fprintln(stdout)
+		}
+		if _, err := io.WriteString(stdout, demoSummary(b.report)); err != nil {
+			return err
+		}
 	}
 	if b.opts.Out == "" {
 		return nil

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,7 +62,36 @@ func TestCheckTargets(t *testing.T) {
 	assert.Equal(t, "92%", got["cold sequential, 1 stream, of the link cap"].Direct)
 	md := targetsMarkdown(checkTargets(rows, nil, o, 0))
 	assert.Contains(t, md, "| cold sequential, 1 stream, of the link cap | 86% | >= 85% | yes | 92% |")
-	assert.Contains(t, md, "| cold small files, 8 readers, of one round trip each | 50% | >= 90% | no | 87% |")
+	assert.Contains(t, md, "| cold small files, 8 readers, of one round trip each | 50% | >= 90% | no; store-direct fell short too (87%) | 87% |")
+	assert.Contains(t, md, "ferry's goals, on this run.")
+	assert.NotContains(t, strings.ToLower(md), "issue", "goals are ferry's, not an issue tracker's")
+	assert.NotContains(t, md, "over 100%", "no figure over 100%, nothing to explain")
+}
+
+// TestVerdict: a missed goal says whether store-direct, on the same
+// machine and link, fell short of it too, and whether ferry came about
+// as close.
+func TestVerdict(t *testing.T) {
+	goal := Target{AtLeast: 0.9}
+	for _, tc := range []struct {
+		value, direct float64
+		want          string
+	}{
+		{0.95, 0, "yes"},
+		{0.66, 0, "no"},    // no store-direct row
+		{0.80, 0.95, "no"}, // store-direct met it: ferry's own shortfall
+		{0.72, 0.77, "no, nor did store-direct (77%): this machine was the limit"},
+		{0.47, 0.74, "no; store-direct fell short too (74%)"},
+	} {
+		g := goal
+		g.Value, g.Met, g.DirectValue = tc.value, tc.value >= g.AtLeast, tc.direct
+		if tc.direct > 0 {
+			g.Direct = fmt.Sprintf("%.0f%%", 100*tc.direct)
+		}
+		assert.Equal(t, tc.want, g.verdict(), "%v", tc)
+	}
+	md := targetsMarkdown([]Target{{What: "cold small files", Value: 1.87, AtLeast: 0.9, Met: true, Shown: "187%"}})
+	assert.Contains(t, md, "A cold figure over 100%: ferry fetched files before their readers opened them")
 }
 
 func TestWarmTargetsUsePairs(t *testing.T) {

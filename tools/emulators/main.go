@@ -28,9 +28,10 @@ func main() {
 
 // run builds (or finds) each emulator and prints an export line for it.
 func run(ctx context.Context, stdout, stderr io.Writer) error {
+	say := func(format string, args ...any) { fmt.Fprintf(stderr, "emulators: "+format+"\n", args...) }
 	for _, tool := range []emulator.Tool{emulator.FakeGCS, emulator.VersityGW} {
 		start := time.Now()
-		bin, err := emulator.Binary(ctx, tool)
+		bin, err := emulator.BinaryTelling(ctx, tool, say)
 		if err != nil {
 			return err
 		}
