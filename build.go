@@ -31,6 +31,7 @@ import (
 // first, when the mount ends or fails.
 func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon.Mounted, error) {
 	log, reg := s.Logger, s.Registry
+	reg.MustRegister(readBuildVersion().buildInfoGauge())
 	offHeap := limitHeap(cfg.MemoryLimit, log)
 
 	b, err := connect.Open(ctx, cfg.Source, storeOptions(cfg, log, reg))

@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -115,6 +116,10 @@ type invocation struct {
 
 func init() {
 	cli.FlagStringer = flags.HelpLine
+	// --version without urfave's -v alias (mount.ferry's -v means
+	// verbose) and printed as `ferry version` prints it.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, readBuildVersion()) }
 }
 
 func newApp(inv *invocation) *cli.App {
@@ -126,6 +131,7 @@ func newApp(inv *invocation) *cli.App {
 			"   mount -t ferry SOURCE MOUNTPOINT -o cache_dir=/ssd/ferry,allow_other   (after ferry install-helper)",
 		Flags:           flags.CLIFlags(),
 		HideHelpCommand: true,
+		Version:         readBuildVersion().Version,
 		Writer:          inv.stdout,
 		ErrWriter:       inv.stderr,
 		// Errors are printed once, by run, as one line.
@@ -156,7 +162,7 @@ func newApp(inv *invocation) *cli.App {
 // way the mount does: one line on stderr and exit 1, without urfave/cli's
 // "Incorrect Usage" and help text on stdout.
 func commands(inv *invocation) []*cli.Command {
-	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv)}
+	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv), versionCommand()}
 	for _, c := range cmds {
 		c.OnUsageError = onUsageError
 	}
@@ -326,6 +332,9 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
+// subcommands are the names permuteArgs leaves to their own parsing.
+var subcommands = []string{"install-helper", "docs", "warm", "invalidate", "version", "stats"}
+
 // permuteArgs moves flags given after the positional arguments in front of
 // them (`ferry gs://b /mnt --foreground`), which urfave/cli does not do by
 // itself. The option table tells which flags take a value. Arguments after
@@ -340,7 +349,7 @@ func permuteArgs(args []string) ([]string, error) {
 		case a == "--":
 			pos = append(pos, args[i+1:]...)
 			i = len(args)
-		case len(pos) == 0 && (a == "install-helper" || a == "docs" || a == "warm" || a == "invalidate"):
+		case len(pos) == 0 && slices.Contains(subcommands, a):
 			return args, nil // a subcommand parses its own flags
 		case strings.HasPrefix(a, "-") && a != "-":
 			opts = append(opts, a)
