@@ -23,10 +23,18 @@ var ErrInvalid = errors.New("invalid option")
 // size (use e.g. 200GiB)`.
 type OptionError struct {
 	Option string // flag name without dashes, e.g. "cache-size"
-	Err    error
+	// From says where a value that did not come from the command line
+	// was found: "FERRY_CACHE_SIZE", "config file /etc/ferry.yaml".
+	From string
+	Err  error
 }
 
-func (e *OptionError) Error() string   { return "--" + e.Option + ": " + e.Err.Error() }
+func (e *OptionError) Error() string {
+	if e.From != "" {
+		return "--" + e.Option + " (" + e.From + "): " + e.Err.Error()
+	}
+	return "--" + e.Option + ": " + e.Err.Error()
+}
 func (e *OptionError) Unwrap() []error { return []error{e.Err, ErrInvalid} }
 
 func optionErr(name, format string, args ...any) error {
