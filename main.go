@@ -75,6 +75,9 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if errors.As(err, new(daemon.ReportedError)) {
+		return exitCode(err) // the background child's: its parent prints it
+	}
 	fmt.Fprintf(stderr, "%s: %s\n", prog, oneLine(err.Error()))
 	return exitCode(err)
 }

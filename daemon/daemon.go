@@ -15,10 +15,12 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,19 +95,29 @@ func Run(ctx context.Context, cmd Command) error {
 		return nil // mount -f: everything checked, nothing mounted
 	}
 	if cfg.Foreground {
-		logger, closer, err := newLogger(cfg, false, cmd.Stderr)
+		logger, out, err := newLogger(cfg, false, cmd.Stderr)
 		if err != nil {
 			return UsageError{err}
 		}
-		defer closer.Close()
-		return Serve(cfg, logger, cmd.Mount, func() {
+		defer out.Close()
+		return serveLogged(cfg, logger, out, cmd.Mount, func() {
 			logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.MountPoint)
 		})
 	}
 
+	// The child logs to --log-file, else to syslog, else to the default
+	// file: said here, where someone reads it.
+	logPath := cfg.LogFile
+	if logPath == "" && !syslogAvailable() {
+		logPath = defaultLogFile()
+		fmt.Fprintf(cmd.Stderr, "ferry: warning: no syslog socket: logging to %s (set --log-file to choose)\n", logPath)
+	}
 	var childStderr *os.File
-	if cfg.LogFile != "" {
-		f, err := openLogFile(cfg.LogFile) // fail here, in the caller's terminal
+	if logPath != "" {
+		if cfg.LogFile == "" {
+			_ = os.MkdirAll(filepath.Dir(logPath), 0o700)
+		}
+		f, err := openLogFile(logPath) // fail here, in the caller's terminal
 		if err != nil {
 			return UsageError{err}
 		}
