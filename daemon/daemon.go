@@ -45,8 +45,11 @@ type Mounted interface {
 type Setup struct {
 	// Logger is the process's logger (log.go).
 	Logger *slog.Logger
-	// Registry collects the mount's metrics, which --metrics-addr serves.
+	// Registry collects the mount's metrics, which --metrics-addr serves,
+	// each series labelled with the mount (mountLabels).
 	Registry prometheus.Registerer
+	// Gatherer reads them back (ferry stats, over the control socket).
+	Gatherer prometheus.Gatherer
 
 	cleanups []func()
 }

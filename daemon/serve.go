@@ -42,13 +42,13 @@ func serve(cfg *flags.Config, logger *slog.Logger, mount Mounter, ready func(), 
 	setup := watchSetup(sigs, u.stops)
 	defer setup.stop()
 
-	reg := newRegistry()
+	reg, labelled := newRegistry(cfg)
 	stopMetrics, err := serveMetrics(cfg, reg, logger)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	s := &Setup{Logger: logger, Registry: reg}
+	s := &Setup{Logger: logger, Registry: labelled, Gatherer: reg}
 	defer s.runCleanups()
 
 	m, err := mount(setup.ctx, cfg, s)
