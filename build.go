@@ -80,7 +80,7 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 	// reach it as soon as the mount is visible.
 	fsControl := fs.NewControl() // bound to the file system by fs.Mount
 	ctl, err := control.Listen(control.Config{MountPoint: cfg.MountPoint, Socket: cfg.ControlSocket,
-		FS: fsControl, Cache: dropper, Logger: log})
+		FS: fsControl, Cache: dropper, Metrics: s.Gatherer, ConstLabels: s.Labels, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -19,9 +19,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -165,7 +168,7 @@ func newApp(inv *invocation) *cli.App {
 // way the mount does: one line on stderr and exit 1, without urfave/cli's
 // "Incorrect Usage" and help text on stdout.
 func commands(inv *invocation) []*cli.Command {
-	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv), versionCommand()}
+	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv), statsCommand(inv), versionCommand()}
 	for _, c := range cmds {
 		c.OnUsageError = onUsageError
 	}
@@ -298,6 +301,33 @@ func invalidateCommand(inv *invocation) *cli.Command {
 				Data:   c.Bool("data"),
 				Stdout: inv.stdout,
 				Stderr: inv.stderr,
+			})
+		},
+	}
+}
+
+func statsCommand(inv *invocation) *cli.Command {
+	return &cli.Command{
+		Name:      "stats",
+		Usage:     "show a ferry mount's live counters every second: reads, the store, the disk cache, the memory budget, open files, errors",
+		ArgsUsage: "MOUNT",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print one sample (over --interval) as JSON and exit"},
+			&cli.DurationFlag{Name: "interval", Value: time.Second, Usage: "time between samples"},
+			&cli.IntFlag{Name: "count", Usage: "exit after this many samples (0: until interrupted)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{Err: errors.New("stats: give one MOUNT (ferry stats [--json] /mnt/data)")}
+			}
+			if c.Duration("interval") <= 0 || c.Int("count") < 0 {
+				return usageError{Err: errors.New("stats: --interval must be positive and --count at least 0")}
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return control.Stats(ctx, control.StatsRequest{
+				Path: c.Args().First(), Interval: c.Duration("interval"), JSON: c.Bool("json"),
+				Count: c.Int("count"), Clear: isTerminal(inv.stdout), Stdout: inv.stdout,
 			})
 		},
 	}

@@ -48,8 +48,10 @@ type Setup struct {
 	// Registry collects the mount's metrics, which --metrics-addr serves,
 	// each series labelled with the mount (mountLabels).
 	Registry prometheus.Registerer
-	// Gatherer reads them back (ferry stats, over the control socket).
+	// Gatherer reads them back (ferry stats, over the control socket);
+	// Labels are those every series carries.
 	Gatherer prometheus.Gatherer
+	Labels   prometheus.Labels
 
 	cleanups []func()
 }

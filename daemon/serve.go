@@ -48,7 +48,7 @@ func serve(cfg *flags.Config, logger *slog.Logger, mount Mounter, ready func(), 
 		return err
 	}
 	defer stopMetrics()
-	s := &Setup{Logger: logger, Registry: labelled, Gatherer: reg}
+	s := &Setup{Logger: logger, Registry: labelled, Gatherer: reg, Labels: mountLabels(cfg)}
 	defer s.runCleanups()
 
 	m, err := mount(setup.ctx, cfg, s)
