@@ -99,9 +99,10 @@ type StatsSample struct {
 	ReadBytesPerSec     float64 `json:"read_bytes_per_second"`
 	StoreRequestsPerSec float64 `json:"store_requests_per_second"`
 	StoreBytesPerSec    float64 `json:"store_bytes_per_second"`
-	// CacheHitRatio is the share of bytes served from the disk cache:
-	// spliced reads, and the files opened for passthrough (by their
-	// size), count as hits. nil when nothing was read.
+	// CacheHitRatio is the share of the bytes served that the store did
+	// not send: 1 - store bytes / bytes served, where bytes served
+	// include spliced reads and, by their size, the files opened for
+	// passthrough. nil when nothing was read.
 	CacheHitRatio          *float64 `json:"cache_hit_ratio"`
 	SplicedBytesPerSec     float64  `json:"spliced_bytes_per_second"`
 	PassthroughOpensPerSec float64  `json:"passthrough_opens_per_second"`
@@ -148,9 +149,11 @@ func sample(mountPoint string, a, b counters) StatsSample {
 			rate("ferry_fuse_errors_total", map[string]string{"errno": "ESTALE"}),
 		StoreErrorsPerSec: rate("ferry_store_errors_total", map[string]string{"kind": "!not_found"}) - rate("ferry_store_errors_total", map[string]string{"kind": "canceled"}),
 	}
-	hits := rate("ferry_cache_hits_bytes_total", nil) + rate("ferry_fs_passthrough_opened_bytes_total", nil)
-	if total := hits + rate("ferry_cache_misses_bytes_total", nil); total > 0 {
-		r := hits / total
+	// Bytes served that the store did not send: from the disk cache,
+	// spliced from it, or read by the kernel from it (passthrough, by
+	// file size). Readahead the readers never used counts against it.
+	if served := s.ReadBytesPerSec + rate("ferry_fs_passthrough_opened_bytes_total", nil); served > 0 {
+		r := min(max(1-s.StoreBytesPerSec/served, 0), 1)
 		s.CacheHitRatio = &r
 	}
 	return s

@@ -70,7 +70,7 @@ func TestSample(t *testing.T) {
 	assert.Equal(t, 6.0, got.StoreRequestsPerSec)
 	assert.Equal(t, 400.0, got.StoreBytesPerSec)
 	require.NotNil(t, got.CacheHitRatio)
-	assert.InDelta(t, 0.8, *got.CacheHitRatio, 1e-9, "(300 hit + 500 passthrough) of 1000")
+	assert.InDelta(t, 1-400.0/2250, *got.CacheHitRatio, 1e-9, "400 B/s from the store of 2000 read and 250 passthrough")
 	assert.Equal(t, 0.25, got.BudgetBytes/got.BudgetLimitBytes)
 	assert.Equal(t, 3.0, got.OpenFiles, "10 opens, 1 failed, 6 released")
 	assert.Equal(t, 0.5, got.ErrorsPerSec, "EIO only: not ENOENT, not ENOSYS")
@@ -79,6 +79,6 @@ func TestSample(t *testing.T) {
 
 	line := got.line()
 	assert.True(t, strings.HasPrefix(line, "    2.0KiB"), line)
-	assert.Contains(t, line, " 80.0 ")
+	assert.Contains(t, line, " 82.2 ")
 	assert.Contains(t, line, "25% of 256B")
 }

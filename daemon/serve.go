@@ -30,6 +30,7 @@ func Serve(cfg *flags.Config, logger *slog.Logger, mount Mounter, ready func()) 
 func serveLogged(cfg *flags.Config, logger *slog.Logger, out *logOutput, mount Mounter, ready func()) error {
 	u := systemUnmounter(cfg.MountPoint, logger)
 	u.hup = newSighup(cfg.Foreground, out, logger)
+	_, u.external = flags.FuseFD(cfg.MountPoint)
 	return serve(cfg, logger, mount, ready, u)
 }
 
@@ -200,6 +201,9 @@ type unmounter struct {
 	grace time.Duration
 	// hup says what a SIGHUP means; nil: it stops, as any signal.
 	hup *sighup
+	// external: the mount is a helper's (/dev/fd/N), which unmounts it;
+	// a signal only ends the connection.
+	external bool
 }
 
 // detachGrace is how long a mount detached with files still open is
@@ -248,6 +252,12 @@ func (u *unmounter) wait(dev string, joined <-chan error, sigs <-chan os.Signal)
 		case sig := <-sigs:
 			if !u.stops(sig) {
 				continue
+			}
+			if u.external {
+				// Exiting closes /dev/fuse, which ends the connection; the
+				// helper that mounted it unmounts it.
+				u.log.Info("stopping; the helper that mounted /dev/fuse unmounts it", "signal", sig.String(), "mountpoint", u.dir)
+				return nil
 			}
 			if dev != "" && !u.mounted(dev) {
 				// Detached from outside already (a Kubernetes preStop's

@@ -126,7 +126,7 @@ func TestMonitoringFiles(t *testing.T) {
 	want := map[string]string{ // alert topic: a metric its rule must use
 		"store errors":     "ferry_store_errors_total",
 		"EIO":              `ferry_fuse_errors_total{errno="EIO"}`,
-		"cache hit ratio":  "ferry_cache_hits_bytes_total",
+		"cache hit ratio":  "rate(ferry_fs_passthrough_opened_bytes_total[30m])",
 		"budget":           "ferry_readahead_budget_limit_bytes",
 		"cache near floor": "ferry_cache_min_free_bytes",
 	}

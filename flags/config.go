@@ -160,6 +160,14 @@ func FromContext(c *cli.Context) (*Config, error) {
 	if err := cfg.setSource(args[0], isSet); err != nil {
 		return nil, err
 	}
+	if _, ok := FuseFD(args[1]); ok {
+		// A /dev/fuse opened and mounted by a privileged helper: this
+		// process's descriptor, which a background child would not have.
+		cfg.MountPoint, cfg.Foreground = args[1], true
+		return cfg, nil
+	} else if strings.HasPrefix(args[1], "/dev/fd/") {
+		return nil, fmt.Errorf("%w: mount point %q: use /dev/fd/N with N a descriptor number", ErrInvalid, args[1])
+	}
 	mp, err := filepath.Abs(args[1])
 	if err != nil {
 		return nil, fmt.Errorf("%w: mount point %q: %v", ErrInvalid, args[1], err)
@@ -173,6 +181,18 @@ func FromContext(c *cli.Context) (*Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// FuseFD reports whether a mount point is /dev/fd/N, an open /dev/fuse
+// already mounted by a privileged helper (Kubernetes CSI drivers do this
+// for unprivileged pods), and N.
+func FuseFD(mountPoint string) (int, bool) {
+	n, ok := strings.CutPrefix(mountPoint, "/dev/fd/")
+	if !ok {
+		return 0, false
+	}
+	fd, err := strconv.Atoi(n)
+	return fd, err == nil && fd >= 0 && strconv.Itoa(fd) == n
 }
 
 // setFrom sets one raw value of o; from is where it came from, "" for the

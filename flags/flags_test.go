@@ -317,3 +317,22 @@ func TestWithin(t *testing.T) {
 	assert.False(t, within("/", "/m"))
 	assert.True(t, within("/m/..c", "/m"), "a name that starts with .. is still below")
 }
+
+// TestFuseFDMountPoint: /dev/fd/N, a /dev/fuse mounted by a helper, is
+// kept as given (not resolved through /proc/self/fd) and runs in the
+// foreground, where the descriptor is.
+func TestFuseFDMountPoint(t *testing.T) {
+	cfg, err := parse(t, "gs://b", "/dev/fd/3")
+	require.NoError(t, err)
+	assert.Equal(t, "/dev/fd/3", cfg.MountPoint)
+	assert.True(t, cfg.Foreground)
+	fd, ok := FuseFD(cfg.MountPoint)
+	assert.True(t, ok)
+	assert.Equal(t, 3, fd)
+	for _, bad := range []string{"/dev/fd/x", "/dev/fd/-1", "/dev/fd/03", "/dev/fd/"} {
+		_, ok := FuseFD(bad)
+		assert.False(t, ok, bad)
+		_, err := parse(t, "gs://b", bad)
+		assert.ErrorContains(t, err, "use /dev/fd/N with N a descriptor number", bad)
+	}
+}

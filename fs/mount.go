@@ -164,6 +164,11 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		}
 		return nil, err
 	}
+	if _, external := parseFuseFD(dir); external {
+		// A helper mounted /dev/fuse and passed it in as /dev/fd/N: the
+		// mount point is its, and so is the kernel's readahead there.
+		return mfs, nil
+	}
 	if opts.ReadAheadKB > 0 {
 		// jacobsa/fuse fixes max_readahead at 1 MiB in FUSE_INIT; the
 		// kernel's window for this mount is its bdi's read_ahead_kb, which
@@ -175,6 +180,18 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		}
 	}
 	return mfs, nil
+}
+
+// parseFuseFD reports whether dir is /dev/fd/N, a /dev/fuse descriptor
+// that a privileged helper opened and mounted (jacobsa/fuse then serves it
+// without mounting).
+func parseFuseFD(dir string) (int, bool) {
+	n, ok := strings.CutPrefix(dir, "/dev/fd/")
+	if !ok {
+		return 0, false
+	}
+	fd, err := strconv.Atoi(n)
+	return fd, err == nil && fd >= 0
 }
 
 // mountDev is the device number of the file system mounted at dir.
