@@ -18,9 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,32 +108,25 @@ func Run(ctx context.Context, cmd Command) error {
 		})
 	}
 
-	// The child logs to --log-file, else to syslog, else to the default
-	// file: said here, where someone reads it.
-	logPath := cfg.LogFile
-	if logPath == "" && !syslogAvailable() {
-		logPath = defaultLogFile()
-		fmt.Fprintf(cmd.Stderr, "ferry: warning: no syslog socket: logging to %s (set --log-file to choose)\n", logPath)
+	childStderr, defaulted, err := backgroundLog(cfg)
+	if err != nil {
+		return UsageError{err} // here, in the caller's terminal
 	}
-	var childStderr *os.File
-	if logPath != "" {
-		if cfg.LogFile == "" {
-			_ = os.MkdirAll(filepath.Dir(logPath), 0o700)
-		}
-		f, err := openLogFile(logPath) // fail here, in the caller's terminal
-		if err != nil {
-			return UsageError{err}
-		}
-		defer f.Close()
-		childStderr = f
+	if childStderr != nil {
+		defer childStderr.Close()
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return startBackground(ctx, backgroundRequest{
+	err = startBackground(ctx, backgroundRequest{
 		Exe:        "/proc/self/exe",
 		Args:       cmd.Args,
 		MountPoint: cfg.MountPoint,
 		Stderr:     childStderr,
 		Timeout:    readyTimeout,
 	})
+	if err == nil && defaulted {
+		// Said once the mount is live, so that an error stays one line.
+		fmt.Fprintf(cmd.Stderr, "ferry: warning: no syslog socket: this mount logs to %s (set --log-file to choose)\n", childStderr.Name())
+	}
+	return err
 }

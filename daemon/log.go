@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,14 +47,15 @@ func newLogger(cfg *flags.Config, background bool, stderr io.Writer) (*slog.Logg
 			}
 		} else {
 			path, fallback = defaultLogFile(), err.Error()
-			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-				return nil, nil, fmt.Errorf("no syslog socket, and no directory for the default log file %s: %w (set --log-file)", path, err)
-			}
 		}
 	}
 	if path != "" {
 		out.path, out.stderrToo = path, background
-		if err := out.open(); err != nil {
+		err := out.open()
+		if err != nil && fallback != "" {
+			err = defaultLogError(path, err)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 	}
@@ -69,6 +71,34 @@ func newLogger(cfg *flags.Config, background bool, stderr io.Writer) (*slog.Logg
 		logger.Warn("no syslog socket: logging to the default file (set --log-file to choose)", "path", path, "err", fallback)
 	}
 	return logger, out, nil
+}
+
+// backgroundLog opens, in the parent of a background mount, the file its
+// child will log to, which also takes the child's stderr: --log-file, or
+// the default file when there is no syslog socket (defaulted). Nil with
+// syslog. Errors come here, in the caller's terminal.
+func backgroundLog(cfg *flags.Config) (f *os.File, defaulted bool, err error) {
+	path := cfg.LogFile
+	if path == "" {
+		if syslogAvailable() {
+			return nil, false, nil
+		}
+		path, defaulted = defaultLogFile(), true
+	}
+	f, err = openLogFile(path)
+	if err != nil && defaulted {
+		err = defaultLogError(path, err)
+	}
+	return f, defaulted, err
+}
+
+// defaultLogError says why the default log file could not be used.
+func defaultLogError(path string, err error) error {
+	var oe *flags.OptionError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	return fmt.Errorf("no syslog socket, and the default log file %s cannot be written: %w; give --log-file", path, err)
 }
 
 // logLevel is the slog level of --log-level and --debug.
@@ -183,6 +213,9 @@ func (o *logOutput) Close() error {
 // openLogFile opens the log file for appending, creating it 0600: it
 // holds object names, and with --debug every operation.
 func openLogFile(path string) (*os.File, error) {
+	if path == defaultLogFile() {
+		_ = os.MkdirAll(filepath.Dir(path), 0o700) // ours to make
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, &flags.OptionError{Option: "log-file", Err: fmt.Errorf("%w", err)}

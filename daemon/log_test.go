@@ -130,6 +130,21 @@ func TestLoggerBackgroundDefault(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(data), "level=WARN msg=\"no syslog socket: logging to the default file (set --log-file to choose)\" path="+path)
 	assert.Contains(t, string(data), "msg=\"to the default file\"")
+
+	// The parent opens the same file for the child, or says why it cannot.
+	f, defaulted, err := backgroundLog(&flags.Config{})
+	require.NoError(t, err)
+	assert.True(t, defaulted)
+	assert.Equal(t, path, f.Name())
+	f.Close()
+	blocker := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o600))
+	defaultLogFile = func() string { return filepath.Join(blocker, "ferry.log") }
+	_, _, err = backgroundLog(&flags.Config{})
+	assert.ErrorContains(t, err, "no syslog socket, and the default log file "+blocker+"/ferry.log cannot be written")
+	assert.ErrorContains(t, err, "give --log-file")
+	_, _, err = newLogger(&flags.Config{}, true, nil)
+	assert.ErrorContains(t, err, "give --log-file")
 }
 
 var (
