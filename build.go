@@ -32,6 +32,7 @@ import (
 // first, when the mount ends or fails.
 func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon.Mounted, error) {
 	log, reg := s.Logger, s.Registry
+	reg.MustRegister(readBuildVersion().buildInfoGauge())
 	offHeap := limitHeap(cfg.MemoryLimit, log)
 
 	b, err := connect.Open(ctx, cfg.Source, storeOptions(cfg, log, reg))
@@ -80,7 +81,7 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 	// reach it as soon as the mount is visible.
 	fsControl := fs.NewControl() // bound to the file system by fs.Mount
 	ctl, err := control.Listen(control.Config{MountPoint: cfg.MountPoint, Socket: cfg.ControlSocket,
-		FS: fsControl, Cache: dropper, Logger: log})
+		FS: fsControl, Cache: dropper, Metrics: s.Gatherer, ConstLabels: s.Labels, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -19,8 +19,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -74,6 +78,9 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if errors.As(err, new(daemon.ReportedError)) {
+		return exitCode(err) // the background child's: its parent prints it
+	}
 	fmt.Fprintf(stderr, "%s: %s\n", prog, oneLine(err.Error()))
 	return exitCode(err)
 }
@@ -117,6 +124,10 @@ type invocation struct {
 
 func init() {
 	cli.FlagStringer = flags.HelpLine
+	// --version without urfave's -v alias (mount.ferry's -v means
+	// verbose) and printed as `ferry version` prints it.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, readBuildVersion()) }
 }
 
 func newApp(inv *invocation) *cli.App {
@@ -130,6 +141,7 @@ func newApp(inv *invocation) *cli.App {
 		// command, and ours (helpCommand) has ferry's errors.
 		Flags:           append(flags.CLIFlags(), cli.HelpFlag),
 		HideHelpCommand: true,
+		Version:         readBuildVersion().Version,
 		Writer:          inv.stdout,
 		ErrWriter:       inv.stderr,
 		// Errors are printed once, by run, as one line.
@@ -163,7 +175,8 @@ func newApp(inv *invocation) *cli.App {
 // way the mount does: one line on stderr and exit 1, without urfave/cli's
 // "Incorrect Usage" and help text on stdout.
 func commands(inv *invocation) []*cli.Command {
-	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv), helpCommand()}
+	cmds := []*cli.Command{installHelperCommand(), docsCommand(inv), warmCommand(inv), invalidateCommand(inv),
+		statsCommand(inv), versionCommand(), helpCommand()}
 	for _, c := range cmds {
 		c.OnUsageError = onUsageError
 	}
@@ -327,6 +340,33 @@ func invalidateCommand(inv *invocation) *cli.Command {
 	}
 }
 
+func statsCommand(inv *invocation) *cli.Command {
+	return &cli.Command{
+		Name:      "stats",
+		Usage:     "show a ferry mount's live counters every second: reads, the store, the disk cache, the memory budget, open files, errors",
+		ArgsUsage: "MOUNT",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print one sample (over --interval) as JSON and exit"},
+			&cli.DurationFlag{Name: "interval", Value: time.Second, Usage: "time between samples"},
+			&cli.IntFlag{Name: "count", Usage: "exit after this many samples (0: until interrupted)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{Err: errors.New("stats: give one MOUNT (ferry stats [--json] /mnt/data)")}
+			}
+			if c.Duration("interval") <= 0 || c.Int("count") < 0 {
+				return usageError{Err: errors.New("stats: --interval must be positive and --count at least 0")}
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return control.Stats(ctx, control.StatsRequest{
+				Path: c.Args().First(), Interval: c.Duration("interval"), JSON: c.Bool("json"),
+				Count: c.Int("count"), Clear: progress.IsTerminal(inv.stdout), Stdout: inv.stdout,
+			})
+		},
+	}
+}
+
 // readPathList reads one path per line from name ("-": stdin), skipping
 // blank lines.
 func readPathList(name string, stdin io.Reader) ([]string, error) {
@@ -350,6 +390,9 @@ func readPathList(name string, stdin io.Reader) ([]string, error) {
 	return paths, sc.Err()
 }
 
+// subcommands are the names permuteArgs leaves to their own parsing.
+var subcommands = []string{"install-helper", "docs", "warm", "invalidate", "version", "stats", "help"}
+
 // permuteArgs moves flags given after the positional arguments in front of
 // them (`ferry gs://b /mnt --foreground`), which urfave/cli does not do by
 // itself. The option table tells which flags take a value. Arguments after
@@ -364,7 +407,7 @@ func permuteArgs(args []string) ([]string, error) {
 		case a == "--":
 			pos = append(pos, args[i+1:]...)
 			i = len(args)
-		case len(pos) == 0 && (a == "install-helper" || a == "docs" || a == "warm" || a == "invalidate" || a == "help"):
+		case len(pos) == 0 && slices.Contains(subcommands, a):
 			return args, nil // a subcommand parses its own flags
 		case strings.HasPrefix(a, "-") && a != "-":
 			opts = append(opts, a)

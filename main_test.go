@@ -87,7 +87,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "ro,memory_limit=lots"}, exitUsage, "mount.ferry: -o memory_limit=lots: not a size (use e.g. 200GiB)\n"},
 		{[]string{"/sbin/mount.ferry", "gs://b", mnt, "-o", "cache_size=1GiB"}, exitUsage, "mount.ferry: -o cache_size: needs cache_dir"},
 		{[]string{"/sbin/mount.ferry", "gs://b"}, exitUsage, "mount.ferry: need SOURCE and DIR"},
-		{[]string{"ferry", "help", "nothing"}, exitUsage, `ferry: help: no command "nothing" (ferry has install-helper, docs, warm, invalidate, help)`},
+		{[]string{"ferry", "help", "nothing"}, exitUsage, `ferry: help: no command "nothing" (ferry has install-helper, docs, warm, invalidate, stats, version, help)`},
 		{[]string{"ferry", "docs", "nothing"}, exitUsage, "usage: ferry docs flags"},
 	} {
 		code, stdout, stderr := runCmd(tc.argv...)

@@ -32,7 +32,7 @@ const (
 
 // request is what a client sends.
 type request struct {
-	// Op is "invalidate" or "cached".
+	// Op is "invalidate", "cached" or "stats".
 	Op string `json:"op"`
 	// Path is an object path relative to the mount, "/" for all of it.
 	Path string `json:"path"`
@@ -61,6 +61,10 @@ type response struct {
 	Size        int64 `json:"size"`
 	NoCache     bool  `json:"no_cache,omitempty"`
 	OpenedAhead bool  `json:"opened_ahead,omitempty"`
+	// For stats: the mount's counters and gauges, read at At (Unix
+	// nanoseconds).
+	Series []series `json:"series,omitempty"`
+	At     int64    `json:"at,omitempty"`
 }
 
 // OperationError is a command that ran but did not fully succeed (some

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"ferry/filecache"
 	"ferry/flags"
 	"ferry/fs"
@@ -52,16 +54,23 @@ type Config struct {
 	// FS is the mounted file system (an fs.Control).
 	FS FS
 	// Cache is the disk cache, nil (the interface) without one.
-	Cache  Cache
-	Logger *slog.Logger
+	Cache Cache
+	// Metrics are the mount's metrics, which the stats op reads;
+	// ConstLabels are the labels every series has (which mount), left
+	// out of the answer.
+	Metrics     prometheus.Gatherer
+	ConstLabels prometheus.Labels
+	Logger      *slog.Logger
 }
 
 // Server serves one mount's control socket.
 type Server struct {
 	// Dependencies
-	log   *slog.Logger
-	fs    FS
-	cache Cache // nil without a disk cache
+	log      *slog.Logger
+	fs       FS
+	cache    Cache               // nil without a disk cache
+	metrics  prometheus.Gatherer // nil: no stats
+	constant map[string]bool     // label names every series has
 
 	// Constant data
 	path     string
@@ -88,7 +97,10 @@ type Server struct {
 // has ended.
 func Listen(cfg Config) (*Server, error) {
 	log := cfg.Logger
-	c := &Server{log: log, fs: cfg.FS, cache: cfg.Cache}
+	c := &Server{log: log, fs: cfg.FS, cache: cfg.Cache, metrics: cfg.Metrics, constant: map[string]bool{}}
+	for k := range cfg.ConstLabels {
+		c.constant[k] = true
+	}
 	path, explicit := cfg.Socket, true
 	if path == "" {
 		path, explicit = defaultSocket(cfg.MountPoint), false
@@ -241,6 +253,15 @@ func (c *Server) do(ctx context.Context, req *request) response {
 	}
 	switch req.Op {
 	case "invalidate":
+	case "stats":
+		if c.metrics == nil {
+			return response{Error: "this mount keeps no metrics"}
+		}
+		series, err := snapshot(c.metrics, c.constant)
+		if err != nil {
+			return response{Error: err.Error()}
+		}
+		return response{Series: series, At: time.Now().UnixNano()}
 	case "cached":
 		cf, err := c.fs.Cached(ctx, req.Path)
 		if err != nil {

@@ -72,20 +72,24 @@ func (p *readyPipe) report(err error) {
 }
 
 // serveChild is the background child: it reports the mount's outcome to
-// the parent, then serves until unmounted.
+// the parent, then serves until unmounted. An error it returns has been
+// reported and logged already (ReportedError): the parent prints it.
 func serveChild(cfg *flags.Config, mount Mounter, pipe *readyPipe) error {
-	signal.Ignore(syscall.SIGHUP) // no terminal to hang up
-	logger, closer, err := newLogger(cfg, true, nil)
+	// No terminal to hang up: a SIGHUP before serving is ignored, and
+	// then reopens the log (sighup).
+	signal.Ignore(syscall.SIGHUP)
+	logger, out, err := newLogger(cfg, true, nil)
 	if err != nil {
 		pipe.report(err)
-		return err
+		return ReportedError{err}
 	}
-	defer closer.Close()
+	defer out.Close()
 	if err := checkMountPoint(cfg.MountPoint, cfg.NonEmpty, true); err != nil {
 		pipe.report(err)
-		return err
+		logger.Error("exiting", "err", err)
+		return ReportedError{err}
 	}
-	err = Serve(cfg, logger, mount, func() {
+	err = serveLogged(cfg, logger, out, mount, func() {
 		logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.MountPoint)
 		// Started in the caller's directory (see startBackground); every
 		// path has been used by now.
@@ -97,8 +101,9 @@ func serveChild(cfg *flags.Config, mount Mounter, pipe *readyPipe) error {
 	pipe.report(err) // no-op once ready was reported
 	if err != nil {
 		logger.Error("exiting", "err", err)
+		return ReportedError{err}
 	}
-	return err
+	return nil
 }
 
 // backgroundRequest starts a background child.

@@ -15,9 +15,9 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/signal"
 	"syscall"
 
@@ -43,8 +43,13 @@ type Mounted interface {
 type Setup struct {
 	// Logger is the process's logger (log.go).
 	Logger *slog.Logger
-	// Registry collects the mount's metrics, which --metrics-addr serves.
+	// Registry collects the mount's metrics, which --metrics-addr serves,
+	// each series labelled with the mount (mountLabels).
 	Registry prometheus.Registerer
+	// Gatherer reads them back (ferry stats, over the control socket);
+	// Labels are those every series carries.
+	Gatherer prometheus.Gatherer
+	Labels   prometheus.Labels
 
 	cleanups []func()
 }
@@ -93,32 +98,35 @@ func Run(ctx context.Context, cmd Command) error {
 		return nil // mount -f: everything checked, nothing mounted
 	}
 	if cfg.Foreground {
-		logger, closer, err := newLogger(cfg, false, cmd.Stderr)
+		logger, out, err := newLogger(cfg, false, cmd.Stderr)
 		if err != nil {
 			return UsageError{err}
 		}
-		defer closer.Close()
-		return Serve(cfg, logger, cmd.Mount, func() {
+		defer out.Close()
+		return serveLogged(cfg, logger, out, cmd.Mount, func() {
 			logger.Info("mounted", "source", cfg.Source, "mountpoint", cfg.MountPoint)
 		})
 	}
 
-	var childStderr *os.File
-	if cfg.LogFile != "" {
-		f, err := openLogFile(cfg.LogFile) // fail here, in the caller's terminal
-		if err != nil {
-			return UsageError{err}
-		}
-		defer f.Close()
-		childStderr = f
+	childStderr, defaulted, err := backgroundLog(cfg)
+	if err != nil {
+		return UsageError{err} // here, in the caller's terminal
+	}
+	if childStderr != nil {
+		defer childStderr.Close()
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return startBackground(ctx, backgroundRequest{
+	err = startBackground(ctx, backgroundRequest{
 		Exe:        "/proc/self/exe",
 		Args:       cmd.Args,
 		MountPoint: cfg.MountPoint,
 		Stderr:     childStderr,
 		Timeout:    readyTimeout,
 	})
+	if err == nil && defaulted {
+		// Said once the mount is live, so that an error stays one line.
+		fmt.Fprintf(cmd.Stderr, "ferry: warning: no syslog socket: this mount logs to %s (set --log-file to choose)\n", childStderr.Name())
+	}
+	return err
 }

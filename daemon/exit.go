@@ -20,6 +20,14 @@ type UsageError struct{ Err error }
 func (e UsageError) Error() string { return e.Err.Error() }
 func (e UsageError) Unwrap() error { return e.Err }
 
+// ReportedError is an error the background child has already sent to
+// its parent, which prints it, and logged: the child prints nothing
+// more (its stderr is the log file), so that the message appears once.
+type ReportedError struct{ Err error }
+
+func (e ReportedError) Error() string { return e.Err.Error() }
+func (e ReportedError) Unwrap() error { return e.Err }
+
 // ChildError is the error the background child reported, with the exit
 // status it would have used itself.
 type ChildError struct {

@@ -15,11 +15,23 @@ import (
 )
 
 // newRegistry is the process's metrics registry, with the Go runtime's
-// and the process's own collectors.
-func newRegistry() *prometheus.Registry {
+// and the process's own collectors; it registers through mountLabels.
+func newRegistry(cfg *flags.Config) (*prometheus.Registry, prometheus.Registerer) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+	labelled := prometheus.WrapRegistererWith(mountLabels(cfg), reg)
+	labelled.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, labelled
+}
+
+// mountLabels are the labels on every series: which mount it is
+// (source, mountpoint), so that several mounts on a node, scraped into
+// one Prometheus, are told apart, and --metrics-label's.
+func mountLabels(cfg *flags.Config) prometheus.Labels {
+	l := prometheus.Labels{"source": cfg.Source, "mountpoint": cfg.MountPoint}
+	for _, kv := range cfg.MetricsLabels {
+		l[kv[0]] = kv[1]
+	}
+	return l
 }
 
 // serveMetrics serves reg on --metrics-addr, if given, until stop is

@@ -7,11 +7,43 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"ferry/flags"
 )
+
+func registry() *prometheus.Registry {
+	reg, _ := newRegistry(&flags.Config{})
+	return reg
+}
+
+// TestMountLabels: every series, ferry's and the runtime's, carries the
+// mount's labels and --metrics-label's.
+func TestMountLabels(t *testing.T) {
+	cfg := &flags.Config{Source: "gs://b/train", MountPoint: "/mnt/data", MetricsLabels: [][2]string{{"node", "gpu-1"}}}
+	reg, labelled := newRegistry(cfg)
+	labelled.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_test_total", Help: "x"}))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, f := range fams {
+		names[f.GetName()] = true
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			assert.Equal(t, "gs://b/train", got["source"], f.GetName())
+			assert.Equal(t, "/mnt/data", got["mountpoint"], f.GetName())
+			assert.Equal(t, "gpu-1", got["node"], f.GetName())
+		}
+	}
+	assert.True(t, names["ferry_test_total"])
+	assert.True(t, names["go_goroutines"])
+	assert.True(t, names["process_resident_memory_bytes"] || len(names) > 2)
+}
 
 func TestLoopback(t *testing.T) {
 	for addr, want := range map[string]bool{"127.0.0.1:0": true, "[::1]:0": true, ":0": false, "0.0.0.0:0": false} {
@@ -32,18 +64,18 @@ func TestMetricsServer(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer busy.Close()
-	_, err = serveMetrics(&flags.Config{MetricsAddr: busy.Addr().String()}, newRegistry(), log)
+	_, err = serveMetrics(&flags.Config{MetricsAddr: busy.Addr().String()}, registry(), log)
 	var oe *flags.OptionError
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, "metrics-addr", oe.Option)
 
-	stop, err := serveMetrics(&flags.Config{}, newRegistry(), log)
+	stop, err := serveMetrics(&flags.Config{}, registry(), log)
 	require.NoError(t, err, "no --metrics-addr: nothing to serve")
 	stop()
 
 	for _, debug := range []bool{false, true} {
 		addr := freeAddr(t)
-		stop, err := serveMetrics(&flags.Config{MetricsAddr: addr, Debug: debug}, newRegistry(), log)
+		stop, err := serveMetrics(&flags.Config{MetricsAddr: addr, Debug: debug}, registry(), log)
 		require.NoError(t, err)
 		code, body := get(t, "http://"+addr+"/metrics")
 		assert.Equal(t, http.StatusOK, code)

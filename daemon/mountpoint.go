@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/jacobsa/fuse"
+	"golang.org/x/sys/unix"
 
+	"ferry/flags"
 	"ferry/mountinfo"
 )
 
@@ -17,6 +19,9 @@ import (
 // repair, a dead ferry mount on dir is detached first (repairDeadMount);
 // without nonEmpty, a directory with entries is refused.
 func checkMountPoint(dir string, nonEmpty, repair bool) error {
+	if fd, ok := flags.FuseFD(dir); ok {
+		return checkFuseFD(fd)
+	}
 	var (
 		fi  os.FileInfo
 		err error
@@ -47,6 +52,22 @@ func checkMountPoint(dir string, nonEmpty, repair bool) error {
 	// mount point has no entries of its own to hide.
 	if !nonEmpty && top.FSType != "autofs" {
 		return checkEmpty(dir)
+	}
+	return nil
+}
+
+// fuseDev is /dev/fuse's device number (10, 229).
+var fuseDev = unix.Mkdev(10, 229)
+
+// checkFuseFD checks that descriptor fd is an open /dev/fuse: the helper
+// that mounted it passed it in, and mounting is over.
+func checkFuseFD(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("mount point /dev/fd/%d: descriptor %d is not open (%v): a privileged helper opens /dev/fuse, mounts it, and passes the descriptor to ferry", fd, fd, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != fuseDev {
+		return fmt.Errorf("mount point /dev/fd/%d: descriptor %d is not /dev/fuse", fd, fd)
 	}
 	return nil
 }

@@ -48,7 +48,9 @@ type fakeSystem struct {
 	attached                  bool    // our mount is still on the mount point
 	unmountErrs               []error // one per call; nil (or none left) succeeds
 	detachErr                 error
+	filesOpen                 bool // a detach leaves the mount served
 	asked, unmounts, detaches int
+	aborts                    int
 }
 
 func (f *fakeSystem) unmounter(log *slog.Logger) *unmounter {
@@ -78,11 +80,17 @@ func (f *fakeSystem) unmounter(log *slog.Logger) *unmounter {
 		},
 		detach: func() error {
 			f.detaches++
-			if f.detachErr == nil {
+			if f.detachErr == nil && !f.filesOpen {
 				f.joined <- nil
 			}
 			return f.detachErr
 		},
+		abort: func(dev string) error {
+			f.aborts++
+			f.joined <- nil
+			return nil
+		},
+		grace: time.Hour,
 	}
 }
 
@@ -155,10 +163,78 @@ func TestUnmountLoop(t *testing.T) {
 	assert.EqualError(t, err, "connection lost")
 }
 
+// TestDetachedMountEnds: a mount detached with files open is served
+// until they are closed, but a second signal or the grace period ends
+// it; a SIGHUP on the way only reopens the log.
+func TestDetachedMountEnds(t *testing.T) {
+	busy := errors.New("device or resource busy")
+	sys := &fakeSystem{joined: make(chan error, 1), attached: true, unmountErrs: []error{busy}, filesOpen: true}
+	rec := &logRecorder{}
+	u := sys.unmounter(slog.New(rec))
+	u.hup = &sighup{log: u.log, out: &logOutput{}}
+	sigs := make(chan os.Signal, 3)
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGHUP
+	sigs <- syscall.SIGTERM
+	require.NoError(t, u.wait("0:50", sys.joined, sigs))
+	assert.Equal(t, 1, sys.detaches)
+	assert.Equal(t, 1, sys.aborts, "the second SIGTERM ended the connection")
+	assert.Equal(t, []string{"INFO unmounting",
+		"WARN mount point busy: detached it; serving the open files until they are closed",
+		"INFO SIGHUP: no log file to reopen",
+		"WARN second signal: ending the connection; files still open on the detached mount fail from now on",
+		"INFO unmounted"}, rec.lines())
+
+	// Detached from outside, no second signal: the grace period ends it.
+	sys = &fakeSystem{joined: make(chan error, 1)}
+	rec = &logRecorder{}
+	u = sys.unmounter(slog.New(rec))
+	u.mounted = func(string) bool { sys.asked++; return false } // its files stay open
+	u.grace = 10 * time.Millisecond
+	sigs <- syscall.SIGTERM
+	require.NoError(t, u.wait("0:50", sys.joined, sigs))
+	assert.Equal(t, 1, sys.aborts)
+	assert.Contains(t, rec.lines(), "WARN files still open on the detached mount after the grace period: ending the connection; they fail from now on")
+}
+
+// TestSighup: a SIGHUP stops a foreground mount only when its terminal
+// has gone; otherwise it reopens the log file, which logrotate has moved.
+func TestSighup(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/ferry.log"
+	out := &logOutput{path: path}
+	require.NoError(t, out.open())
+	defer out.Close()
+	gone := false
+	h := &sighup{log: slog.New(slog.NewTextHandler(out, nil)), out: out, hangup: true, ttyGone: func() bool { return gone }}
+
+	h.log.Info("before")
+	require.NoError(t, os.Rename(path, path+".1")) // logrotate
+	assert.False(t, h.stops(syscall.SIGHUP), "a SIGHUP sent on purpose")
+	h.log.Info("after")
+	old, err := os.ReadFile(path + ".1")
+	require.NoError(t, err)
+	cur, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(old), "msg=before")
+	assert.NotContains(t, string(old), "msg=after")
+	assert.Contains(t, string(cur), "reopened the log file")
+	assert.Contains(t, string(cur), "msg=after")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	gone = true
+	assert.True(t, h.stops(syscall.SIGHUP), "the terminal hung up")
+	h.hangup = false // background, nohup, or no terminal at start
+	assert.False(t, h.stops(syscall.SIGHUP))
+	assert.True(t, h.stops(syscall.SIGTERM))
+}
+
 func TestSetupWatch(t *testing.T) {
 	// A signal during setup cancels it.
 	sigs := make(chan os.Signal, 1)
-	w := watchSetup(sigs)
+	w := watchSetup(sigs, func(os.Signal) bool { return true })
 	sigs <- syscall.SIGINT
 	<-w.ctx.Done()
 	assert.True(t, w.end())
@@ -168,7 +244,7 @@ func TestSetupWatch(t *testing.T) {
 	// Without one, setup ends with its context live, and a later signal
 	// is left for the serving loop.
 	sigs = make(chan os.Signal, 1)
-	w = watchSetup(sigs)
+	w = watchSetup(sigs, func(os.Signal) bool { return true })
 	assert.False(t, w.end())
 	sigs <- syscall.SIGTERM
 	assert.NoError(t, w.ctx.Err(), "setup's context outlives setup")

@@ -36,6 +36,9 @@ import (
 var ferryBin string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(fuseHelperEnv); spec != "" {
+		os.Exit(runFuseHelper(spec)) // this process plays the privileged helper
+	}
 	dir, err := os.MkdirTemp("", "ferry-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

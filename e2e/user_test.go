@@ -51,7 +51,10 @@ func TestMountAsUser(t *testing.T) {
 	want := "read by a user other than root"
 	require.NoError(t, os.WriteFile(filepath.Join(src, "d", "f"), []byte(want), 0o644))
 	mnt, cache, xdg := filepath.Join(pub, "mnt"), filepath.Join(pub, "cache"), filepath.Join(pub, "xdg")
-	for _, d := range []string{mnt, cache, xdg} {
+	// The user's state directory: with no syslog socket, the background
+	// logs to $XDG_STATE_HOME/ferry/ferry.log.
+	state := filepath.Join(pub, "state")
+	for _, d := range []string{mnt, cache, xdg, state} {
 		require.NoError(t, os.Mkdir(d, 0o700))
 		require.NoError(t, os.Chown(d, uid, uid))
 	}
@@ -62,7 +65,7 @@ func TestMountAsUser(t *testing.T) {
 
 	ns := newMountNS(t, nil, "private")
 	// In it: root's commands (ns.must, ns.run), and the user's (in userEnv).
-	userEnv := []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH"), "XDG_RUNTIME_DIR=" + xdg}
+	userEnv := []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH"), "XDG_RUNTIME_DIR=" + xdg, "XDG_STATE_HOME=" + state}
 	run := func(user bool, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		if user {
@@ -138,7 +141,7 @@ func TestMountAsUser(t *testing.T) {
 	// and root; another user is told it is not theirs (the daemon drops
 	// them too: TestAbstractControlSocket). Root and that user can read
 	// the mount only with --allow-other, which needs user_allow_other.
-	userEnv = []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH")}
+	userEnv = []string{"HOME=" + pub, "PATH=" + os.Getenv("PATH"), "XDG_STATE_HOME=" + state}
 	fi, err := os.Stat("/run/user")
 	runUser := err == nil && fi.IsDir()
 	if runUser { // hidden by an empty one

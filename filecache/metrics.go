@@ -33,6 +33,14 @@ func (s *Store) registerMetrics() error {
 		counter("ferry_cache_write_errors_total", "Failed writes to the cache directory.", s.writeErrors.Load),
 		gauge("ferry_cache_used_bytes", "Disk space used by cached data.", func() int64 { return s.Stats().UsedBytes }),
 		gauge("ferry_cache_limit_bytes", "Cache size limit.", func() int64 { return s.limit }),
+		gauge("ferry_cache_min_free_bytes", "Free space the cache leaves on its volume (--cache-min-free): it evicts to keep it.", func() int64 { return s.minFree }),
+		gauge("ferry_cache_fs_free_bytes", "Free space on the cache's volume now; at ferry_cache_min_free_bytes the cache stops growing and evicts.", func() int64 {
+			avail, _, err := s.hooks.statfs(s.dir)
+			if err != nil {
+				return 0
+			}
+			return avail
+		}),
 	}
 	for i, c := range cs {
 		if err := s.reg.Register(c); err != nil {

@@ -378,8 +378,11 @@ func TestMetrics(t *testing.T) {
 	readOK(t, s, q, 0)
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 14, n)
+	assert.Equal(t, 16, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ferry_cache_min_free_bytes Free space the cache leaves on its volume (--cache-min-free): it evicts to keep it.
+# TYPE ferry_cache_min_free_bytes gauge
+ferry_cache_min_free_bytes 0
 # HELP ferry_cache_hits_bytes_total Bytes served from the local cache.
 # TYPE ferry_cache_hits_bytes_total counter
 ferry_cache_hits_bytes_total 12288
@@ -410,7 +413,7 @@ ferry_cache_read_checks_total 1
 # HELP ferry_cache_spliced_bytes_total Of the bytes served from the local cache, those handed out to be sent from the cache file without ferry checking them again (spliced to the kernel, or copied where no pipe fits): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.
 # TYPE ferry_cache_spliced_bytes_total counter
 ferry_cache_spliced_bytes_total 4096
-`), "ferry_cache_spliced_bytes_total", "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes",
+`), "ferry_cache_spliced_bytes_total", "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes", "ferry_cache_min_free_bytes",
 		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_written_bytes_total",
 		"ferry_cache_whole_checks_total", "ferry_cache_whole_checked_bytes_total", "ferry_cache_read_checks_total"))
 	problems, err := testutil.GatherAndLint(reg)

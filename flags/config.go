@@ -23,6 +23,9 @@ type Config struct {
 	// MountPoint is the absolute path of the directory to mount on.
 	MountPoint string
 
+	// ConfigFile is --config-file, already read: kept so that the
+	// background child reads the same file.
+	ConfigFile string
 	Foreground bool
 	// NonEmpty allows mounting over a non-empty directory.
 	NonEmpty bool
@@ -78,10 +81,13 @@ type Config struct {
 	KernelOptions []string
 
 	// Logging and metrics.
-	LogFile     string
-	LogFormat   string // "text" or "json"
-	Debug       bool
-	MetricsAddr string
+	LogFile   string
+	LogFormat string // "text" or "json"
+	LogLevel  string // one of LogLevels
+	Debug     bool
+	// MetricsLabels are --metrics-label's KEY=VALUE pairs, in order.
+	MetricsLabels [][2]string
+	MetricsAddr   string
 	// ControlSocket is the control socket's path; "" picks the default.
 	ControlSocket string
 }
@@ -110,27 +116,40 @@ var KernelMountOptions = []string{"dev", "nodev", "suid", "nosuid", "exec", "noe
 // FromContext parses and validates the options and the two positional
 // arguments of an urfave/cli context built with CLIFlags.
 func FromContext(c *cli.Context) (*Config, error) {
+	src, err := readSources(os.Environ(), c.String("config-file"))
+	if err != nil {
+		return nil, err
+	}
+	isSet := func(name string) bool {
+		o, _ := Lookup(name)
+		_, ok := src.lookup(o)
+		return c.IsSet(name) || ok
+	}
 	cfg := &Config{}
 	for i := range Options {
 		o := &Options[i]
 		var raws []string
+		var from string
+		v, fromSource := src.lookup(o)
 		switch {
-		case o.Kind == Bool:
+		case c.IsSet(o.Name) && o.Kind == Bool:
 			raws = []string{strconv.FormatBool(c.Bool(o.Name))}
-		case o.Kind == List:
+		case c.IsSet(o.Name) && o.Kind == List:
 			raws = c.StringSlice(o.Name)
 		case c.IsSet(o.Name):
 			raws = []string{c.String(o.Name)}
-		default:
+		case fromSource:
+			raws, from = v.raws, v.from
+		case o.Kind != List:
 			raws = []string{o.Default}
 		}
 		for _, raw := range raws {
-			if err := o.set(cfg, raw); err != nil {
-				return nil, &OptionError{Option: o.Name, Value: raw, Err: err}
+			if err := setFrom(o, cfg, raw, from); err != nil {
+				return nil, err
 			}
 		}
 	}
-	if err := cfg.validate(c.IsSet); err != nil {
+	if err := cfg.validate(isSet); err != nil {
 		return nil, err
 	}
 
@@ -138,8 +157,16 @@ func FromContext(c *cli.Context) (*Config, error) {
 	if len(args) != 2 {
 		return nil, Invalidf("need SOURCE and MOUNTPOINT, got %d argument(s) (usage: ferry [flags] gs://bucket[/prefix] /mnt/dir)", len(args))
 	}
-	if err := cfg.setSource(args[0], c.IsSet); err != nil {
+	if err := cfg.setSource(args[0], isSet); err != nil {
 		return nil, err
+	}
+	if _, ok := FuseFD(args[1]); ok {
+		// A /dev/fuse opened and mounted by a privileged helper: this
+		// process's descriptor, which a background child would not have.
+		cfg.MountPoint, cfg.Foreground = args[1], true
+		return cfg, nil
+	} else if strings.HasPrefix(args[1], "/dev/fd/") {
+		return nil, fmt.Errorf("%w: mount point %q: use /dev/fd/N with N a descriptor number", ErrInvalid, args[1])
 	}
 	mp, err := filepath.Abs(args[1])
 	if err != nil {
@@ -154,6 +181,34 @@ func FromContext(c *cli.Context) (*Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// FuseFD reports whether a mount point is /dev/fd/N, an open /dev/fuse
+// already mounted by a privileged helper (Kubernetes CSI drivers do this
+// for unprivileged pods), and N.
+func FuseFD(mountPoint string) (int, bool) {
+	n, ok := strings.CutPrefix(mountPoint, "/dev/fd/")
+	if !ok {
+		return 0, false
+	}
+	fd, err := strconv.Atoi(n)
+	return fd, err == nil && fd >= 0 && strconv.Itoa(fd) == n
+}
+
+// setFrom sets one raw value of o; from is where it came from, "" for the
+// command line, where urfave/cli has already parsed a switch.
+func setFrom(o *Option, cfg *Config, raw, from string) error {
+	var err error
+	if o.Kind == Bool && from != "" {
+		raw, err = parseBool(raw)
+	}
+	if err == nil {
+		err = o.set(cfg, raw)
+	}
+	if err != nil {
+		return &OptionError{Option: o.Name, Value: raw, From: from, Err: err}
+	}
+	return nil
 }
 
 // resolvePath follows symlinks in the absolute path p as far as they

@@ -98,6 +98,7 @@ func TestDefaults(t *testing.T) {
 		ReadAheadKB:    1024,
 		MaxBackground:  64,
 		LogFormat:      "text",
+		LogLevel:       "info",
 	}, cfg)
 }
 
@@ -112,8 +113,8 @@ func TestAllOptions(t *testing.T) {
 		"--store-timeout=5s", "--retry-max-time=90", "--nonempty",
 		"--metadata-ttl=-1", "--negative-ttl=0", "--uid=1000", "--gid=1001", "--file-mode=640", "--dir-mode=0o750",
 		"--cache-dir=rel/cache", "--cache-size=200GiB", "--cache-min-free=10%", "--cache-block-size=1MiB", "--cache-passthrough=false",
-		"--log-file=/var/log/ferry.log", "--log-format=json", "--debug", "--metrics-addr=:9101",
-		"gs://b", "mnt")
+		"--log-file=/var/log/ferry.log", "--log-format=json", "--log-level=warn", "--debug", "--metrics-addr=:9101",
+		"--metrics-label", "node=gpu-1", "--metrics-label=rack=r2", "gs://b", "mnt")
 	require.NoError(t, err)
 	wd, _ := os.Getwd()
 	assert.Equal(t, &Config{
@@ -123,7 +124,8 @@ func TestAllOptions(t *testing.T) {
 		MetadataTTL: Forever, NegativeTTL: 0, Uid: 1000, Gid: 1001, FileMode: 0o640, DirMode: 0o750, AllowOther: true,
 		CacheDir: wd + "/rel/cache", CacheSize: 200 << 30, CacheMinFreePercent: 10, CacheBlockSize: 1 << 20,
 		MemoryLimit: 2 << 30, ReadAheadKB: 0, MaxBackground: 256, KernelOptions: []string{"nodev", "noexec", "nosuid"},
-		LogFile: "/var/log/ferry.log", LogFormat: "json", Debug: true, MetricsAddr: ":9101",
+		LogFile: "/var/log/ferry.log", LogFormat: "json", LogLevel: "warn", Debug: true, MetricsAddr: ":9101",
+		MetricsLabels: [][2]string{{"node", "gpu-1"}, {"rack", "r2"}},
 	}, cfg)
 
 	cfg, err = parse(t, "--region=eu-west-1", "--s3-path-style", "s3://b/p/", "/m")
@@ -166,6 +168,12 @@ func TestValidationNamesTheOption(t *testing.T) {
 		{[]string{"--dir-mode=4755"}, "dir-mode", "beyond 0777"},
 		{[]string{"--file-mode="}, "file-mode", "not an octal mode"},
 		{[]string{"--log-format=xml"}, "log-format", `"xml" is not a log format`},
+		{[]string{"--log-level=trace"}, "log-level", `"trace" is not a log level`},
+		{[]string{"--metrics-label=node"}, "metrics-label", "not KEY=VALUE"},
+		{[]string{"--metrics-label=1x=y"}, "metrics-label", "not KEY=VALUE"},
+		{[]string{"--metrics-label=mountpoint=/x"}, "metrics-label", `label "mountpoint" is ferry's own`},
+		{[]string{"--metrics-label=__name__=x"}, "metrics-label", "ferry's own or Prometheus's"},
+		{[]string{"--metrics-label=a=1", "--metrics-label=a=2"}, "metrics-label", `label "a" is given twice`},
 		{[]string{"--max-connections=0"}, "max-connections", "out of range"},
 		{[]string{"--read-ahead-kb=-1"}, "read-ahead-kb", "out of range"},
 		{[]string{"--max-background=2000"}, "max-background", "out of range"},
@@ -309,4 +317,23 @@ func TestWithin(t *testing.T) {
 	assert.False(t, within("/m2/c", "/m"))
 	assert.False(t, within("/", "/m"))
 	assert.True(t, within("/m/..c", "/m"), "a name that starts with .. is still below")
+}
+
+// TestFuseFDMountPoint: /dev/fd/N, a /dev/fuse mounted by a helper, is
+// kept as given (not resolved through /proc/self/fd) and runs in the
+// foreground, where the descriptor is.
+func TestFuseFDMountPoint(t *testing.T) {
+	cfg, err := parse(t, "gs://b", "/dev/fd/3")
+	require.NoError(t, err)
+	assert.Equal(t, "/dev/fd/3", cfg.MountPoint)
+	assert.True(t, cfg.Foreground)
+	fd, ok := FuseFD(cfg.MountPoint)
+	assert.True(t, ok)
+	assert.Equal(t, 3, fd)
+	for _, bad := range []string{"/dev/fd/x", "/dev/fd/-1", "/dev/fd/03", "/dev/fd/"} {
+		_, ok := FuseFD(bad)
+		assert.False(t, ok, bad)
+		_, err := parse(t, "gs://b", bad)
+		assert.ErrorContains(t, err, "use /dev/fd/N with N a descriptor number", bad)
+	}
 }

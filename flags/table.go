@@ -4,14 +4,19 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // Options is THE table. Order is the order of help and docs.
 var Options = []Option{
 	// Mount.
+	{Name: "config-file", Placeholder: "PATH", Fstab: "config_file", Kind: String, Category: catMount,
+		Usage: "read options from this YAML file, keyed by flag name (cache-dir: /ssd/ferry); the command line (or mount -o) wins over FERRY_ variables, which win over the file",
+		set:   func(c *Config, s string) error { return absPath(&c.ConfigFile, s) }},
 	{Name: "foreground", Fstab: "foreground", Kind: Bool, Default: "false", Category: catMount,
 		Usage: "stay attached to the terminal and log to stderr instead of running in the background",
 		set:   func(c *Config, s string) error { c.Foreground = s == "true"; return nil }},
@@ -207,9 +212,18 @@ var Options = []Option{
 		set:   func(c *Config, s string) error { c.CachePassthrough = s == "true"; return nil }},
 
 	// Logging and metrics.
-	{Name: "log-file", Placeholder: "PATH", Fstab: "log_file", Kind: String, DefaultDoc: "stderr in the foreground, syslog (else nothing) in the background", Category: catLogging,
-		Usage: "write logs to this file (appended)",
+	{Name: "log-file", Placeholder: "PATH", Fstab: "log_file", Kind: String, DefaultDoc: "stderr in the foreground; syslog in the background, or without a syslog socket /var/log/ferry.log (another user: ~/.local/state/ferry/ferry.log)", Category: catLogging,
+		Usage: "write logs to this file (appended, created 0600); SIGHUP reopens it, for logrotate",
 		set:   func(c *Config, s string) error { return absPath(&c.LogFile, s) }},
+	{Name: "log-level", Placeholder: "error|warn|info|debug", Fstab: "log_level", Kind: String, Default: "info", Category: catLogging,
+		Usage: "least severe messages logged",
+		set: func(c *Config, s string) error {
+			if !slices.Contains(LogLevels, s) {
+				return fmt.Errorf("%q is not a log level (use error, warn, info or debug)", s)
+			}
+			c.LogLevel = s
+			return nil
+		}},
 	{Name: "log-format", Placeholder: "text|json", Fstab: "log_format", Kind: String, Default: "text", Category: catLogging,
 		Usage: "log format: text or json",
 		set: func(c *Config, s string) error {
@@ -220,7 +234,7 @@ var Options = []Option{
 			return nil
 		}},
 	{Name: "debug", Fstab: "debug", Kind: Bool, Default: "false", Category: catLogging,
-		Usage: "log at debug level, including every FUSE operation; with a loopback --metrics-addr, also serve Go profiles at /debug/pprof",
+		Usage: "log at debug level (--log-level debug), and every FUSE operation too; with a loopback --metrics-addr, also serve Go profiles at /debug/pprof",
 		set:   func(c *Config, s string) error { c.Debug = s == "true"; return nil }},
 	{Name: "metrics-addr", Placeholder: "HOST:PORT", Fstab: "metrics_addr", Kind: String, DefaultDoc: "off", Category: catLogging,
 		Usage: "serve Prometheus metrics on host:port at /metrics",
@@ -233,10 +247,36 @@ var Options = []Option{
 			c.MetricsAddr = s
 			return nil
 		}},
+	{Name: "metrics-label", Placeholder: "KEY=VALUE", Fstab: "metrics_label", Kind: List, Category: catLogging,
+		Usage: "add this label to every series ferry exports, beside source (the bucket URL) and mountpoint, which are always there; repeatable (--metrics-label node=gpu-17 --metrics-label job_id=42)",
+		set: func(c *Config, s string) error {
+			k, v, ok := strings.Cut(s, "=")
+			switch {
+			case !ok || !labelName.MatchString(k):
+				return fmt.Errorf("%q is not KEY=VALUE with a Prometheus label name as KEY (letters, digits and _)", s)
+			case strings.HasPrefix(k, "__") || slices.Contains(ReservedLabels, k):
+				return fmt.Errorf("label %q is ferry's own or Prometheus's (ferry uses %s)", k, strings.Join(ReservedLabels, ", "))
+			case slices.ContainsFunc(c.MetricsLabels, func(l [2]string) bool { return l[0] == k }):
+				return fmt.Errorf("label %q is given twice", k)
+			}
+			c.MetricsLabels = append(c.MetricsLabels, [2]string{k, v})
+			return nil
+		}},
 	{Name: "control-socket", Placeholder: "PATH", Fstab: "control_socket", Kind: String, DefaultDoc: "/run/ferry/HASH.sock (HASH from the mount point); as another user $XDG_RUNTIME_DIR/ferry/HASH.sock, /run/user/UID/ferry/HASH.sock, or the abstract socket @ferry/UID/HASH", Category: catLogging,
 		Usage: "unix socket (0600) on which `ferry invalidate` reaches this mount; ferry warm and invalidate look for it at the default path, which is linked to this one",
 		set:   func(c *Config, s string) error { return absPath(&c.ControlSocket, s) }},
 }
+
+// LogLevels are --log-level's values, least verbose first.
+var LogLevels = []string{"error", "warn", "info", "debug"}
+
+// ReservedLabels are the label names of ferry's own series (and the Go
+// collector's), which --metrics-label must not take: a series with a
+// label twice cannot be registered.
+var ReservedLabels = []string{"source", "mountpoint", "op", "errno", "kind", "version", "revision", "goversion", "le", "quantile"}
+
+// labelName is a Prometheus label name.
+var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // parsePositiveDuration parses a duration (20s, 1m30s, or seconds) that
 // is neither 0 nor forever: a store wait must end.

@@ -30,10 +30,16 @@ type OptionError struct {
 	Value string
 	// Mount: the option came from mount -o (see AsMountOption).
 	Mount bool
-	Err   error
+	// From says where a value that did not come from the command line
+	// was found: "FERRY_CACHE_SIZE", "config file /etc/ferry.yaml".
+	From string
+	Err  error
 }
 
 func (e *OptionError) Error() string {
+	if !e.Mount && e.From != "" {
+		return "--" + e.Option + " (" + e.From + "): " + e.Err.Error()
+	}
 	if !e.Mount {
 		return "--" + e.Option + ": " + e.Err.Error()
 	}

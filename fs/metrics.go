@@ -23,6 +23,10 @@ func (fs *fileSystem) register(reg prometheus.Registerer) error {
 		Name: "ferry_fs_passthrough_opens_total",
 		Help: "Opens of files held whole in the disk cache that the kernel reads from the cache file itself (FUSE passthrough): their reads never reach ferry.",
 	}, func() float64 { return float64(fs.pt.opens.Load()) })
+	passthroughBytes := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ferry_fs_passthrough_opened_bytes_total",
+		Help: "Sizes of the files opened for passthrough: at most what the kernel read from cache files without ferry (ferry cannot see those reads), counted as cache hits by ferry stats.",
+	}, func() float64 { return float64(fs.pt.openedBytes.Load()) })
 	readied := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "ferry_fs_passthrough_readied_total",
 		Help: "Files made ready for passthrough by reading, after a handle was released, the few bytes missing from the disk cache or not yet checked by reads (at most 1 MiB and an eighth of the file).",
@@ -52,7 +56,7 @@ func (fs *fileSystem) register(reg prometheus.Registerer) error {
 		Name: "ferry_fs_interrupts_cancelled_total",
 		Help: "Requests cancelled because their caller was quitting (killed, or asked to stop with SIGINT or SIGTERM); an interrupt from another signal the caller handles lets the request finish.",
 	}, func() float64 { return float64(fs.intr.cancelled.Load()) })
-	for _, c := range []prometheus.Collector{inodes, ahead, aheadTaken, passthrough, readied, readiedBytes, spliced, direct, interrupts, interruptsCancelled} {
+	for _, c := range []prometheus.Collector{inodes, ahead, aheadTaken, passthrough, passthroughBytes, readied, readiedBytes, spliced, direct, interrupts, interruptsCancelled} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -164,17 +164,36 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		}
 		return nil, err
 	}
-	if opts.ReadAheadKB > 0 {
-		// jacobsa/fuse fixes max_readahead at 1 MiB in FUSE_INIT; the
-		// kernel's window for this mount is its bdi's read_ahead_kb, which
-		// can be raised after mounting.
-		if err := setReadAhead(dir, opts.ReadAheadKB); err != nil {
-			// Not fatal: reads still work, only with the default window
-			// (e.g. sysfs read-only in a container).
-			fsys.log.Warn("fs: cannot set kernel readahead", "dir", dir, "kb", opts.ReadAheadKB, "err", err)
-		}
-	}
+	fsys.raiseReadAhead(dir, opts.ReadAheadKB)
 	return mfs, nil
+}
+
+// raiseReadAhead sets the kernel's readahead window for the mount on dir
+// to kb KiB (0 leaves it). jacobsa/fuse fixes max_readahead at 1 MiB in
+// FUSE_INIT; the kernel's window for this mount is its bdi's
+// read_ahead_kb, which can be raised after mounting. Not on /dev/fd/N:
+// the mount point, and its readahead, are the helper's.
+func (fs *fileSystem) raiseReadAhead(dir string, kb int) {
+	if _, external := parseFuseFD(dir); external || kb <= 0 {
+		return
+	}
+	if err := setReadAhead(dir, kb); err != nil {
+		// Not fatal: reads still work, only with the default window
+		// (e.g. sysfs read-only in a container).
+		fs.log.Warn("fs: cannot set kernel readahead", "dir", dir, "kb", kb, "err", err)
+	}
+}
+
+// parseFuseFD reports whether dir is /dev/fd/N, a /dev/fuse descriptor
+// that a privileged helper opened and mounted (jacobsa/fuse then serves it
+// without mounting).
+func parseFuseFD(dir string) (int, bool) {
+	n, ok := strings.CutPrefix(dir, "/dev/fd/")
+	if !ok {
+		return 0, false
+	}
+	fd, err := strconv.Atoi(n)
+	return fd, err == nil && fd >= 0
 }
 
 // mountDev is the device number of the file system mounted at dir.

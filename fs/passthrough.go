@@ -72,9 +72,12 @@ type ptState struct {
 	on      bool   // Config.Passthrough
 	maxSize uint64 // GUARDED_BY(fileSystem.mu); passthroughMaxSize, smaller in tests
 	// off: the kernel or the process cannot do it (logged once).
-	off    atomic.Bool
-	opens  atomic.Uint64 // passthrough opens, for the metric and tests
-	logged sync.Once
+	off   atomic.Bool
+	opens atomic.Uint64 // passthrough opens, for the metric and tests
+	// openedBytes sums the sizes of the files opened for passthrough:
+	// what the kernel may read from cache files without ferry seeing it.
+	openedBytes atomic.Uint64
+	logged      sync.Once
 }
 
 // passthroughGranted reports whether opens may be passthrough: wanted,
@@ -109,6 +112,7 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 			return nil, syscall.EIO
 		}
 		fs.pt.opens.Add(1)
+		fs.pt.openedBytes.Add(obj.Size)
 		return b, nil
 	case b != nil:
 		// Open on another version than the passthrough handles still
@@ -146,6 +150,7 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 	}
 	in.backing = b
 	fs.pt.opens.Add(1)
+	fs.pt.openedBytes.Add(obj.Size)
 	return b, nil
 }
 
