@@ -10,6 +10,7 @@ package emulator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -33,6 +34,11 @@ type Tool struct {
 	// EnvVar, when set in the environment, names a prebuilt binary to use
 	// instead of building one (CI builds once and exports it).
 	EnvVar string
+	// InModule, if set, is the main package's directory inside the module
+	// Package: the module is downloaded and that directory built inside
+	// it, for a module whose go.mod has replace directives, which
+	// `go install pkg@version` refuses.
+	InModule string
 }
 
 var (
@@ -67,10 +73,13 @@ func binDir() (string, error) {
 
 var buildMu sync.Mutex
 
-// Binary returns the path of the tool's binary, building it with
-// `go install pkg@version` on first use. Concurrent test processes share
-// one build through a lock file.
-func Binary(ctx context.Context, tool Tool) (string, error) {
+// ErrNotBuilt is Built's answer for a tool that has not been built yet.
+var ErrNotBuilt = errors.New("not built")
+
+// Built returns the path of the tool's binary if it is already there
+// ($EnvVar, or an earlier build), without building it: for tests that
+// skip when a slow-to-build tool is absent.
+func Built(tool Tool) (string, error) {
 	if p := os.Getenv(tool.EnvVar); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%q: %w", tool.EnvVar, p, err)
@@ -81,11 +90,22 @@ func Binary(ctx context.Context, tool Tool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir = filepath.Join(dir, tool.Name+"-"+tool.Version)
-	bin := filepath.Join(dir, tool.Name)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
+	bin := filepath.Join(dir, tool.Name+"-"+tool.Version, tool.Name)
+	if _, err := os.Stat(bin); err != nil {
+		return bin, fmt.Errorf("%s@%s: %w (no %s, and $%s unset)", tool.Name, tool.Version, ErrNotBuilt, bin, tool.EnvVar)
 	}
+	return bin, nil
+}
+
+// Binary returns the path of the tool's binary, building it with
+// `go install pkg@version` (or inside the module, see InModule) on first
+// use. Concurrent test processes share one build through a lock file.
+func Binary(ctx context.Context, tool Tool) (string, error) {
+	bin, err := Built(tool)
+	if err == nil || !errors.Is(err, ErrNotBuilt) {
+		return bin, err
+	}
+	dir := filepath.Dir(bin)
 
 	buildMu.Lock()
 	defer buildMu.Unlock()
@@ -104,6 +124,9 @@ func Binary(ctx context.Context, tool Tool) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil // another process built it while we waited
 	}
+	if tool.InModule != "" {
+		return bin, buildInModule(ctx, tool, bin)
+	}
 	cmd := exec.CommandContext(ctx, "go", "install", tool.Package+"@"+tool.Version)
 	// Build outside any module so our go.mod does not constrain it.
 	cmd.Dir = os.TempDir()
@@ -112,6 +135,33 @@ func Binary(ctx context.Context, tool Tool) (string, error) {
 		return "", fmt.Errorf("building %s@%s: %w\n%s", tool.Package, tool.Version, err, out)
 	}
 	return bin, nil
+}
+
+// buildInModule downloads the module tool.Package@tool.Version through the
+// module proxy and builds tool.InModule inside it into bin (through a
+// temporary name, so an interrupted build leaves no binary behind).
+func buildInModule(ctx context.Context, tool Tool, bin string) error {
+	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
+	dl := exec.CommandContext(ctx, "go", "mod", "download", "-json", tool.Package+"@"+tool.Version)
+	dl.Dir = os.TempDir()
+	dl.Env = env
+	out, err := dl.Output()
+	if err != nil {
+		return fmt.Errorf("downloading %s@%s: %w", tool.Package, tool.Version, err)
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return fmt.Errorf("downloading %s@%s: no module directory in %q (%v)", tool.Package, tool.Version, out, err)
+	}
+	tmp := bin + ".tmp"
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, tool.InModule)
+	build.Dir = mod.Dir
+	build.Env = env
+	if out, err := build.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("building %s in %s@%s: %w\n%s", tool.InModule, tool.Package, tool.Version, err, out)
+	}
+	return os.Rename(tmp, bin)
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
