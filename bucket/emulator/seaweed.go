@@ -35,8 +35,8 @@ type Seaweed struct {
 	Endpoint string
 
 	bin    string
-	master string // host:port of the master, for weed shell
-	filer  string // host:port of the filer, for weed shell
+	master string // host:port.grpcport of the master, for weed shell
+	filer  string // host:port.grpcport of the filer, for weed shell
 	dir    string
 }
 
@@ -76,8 +76,10 @@ func StartSeaweed(ctx context.Context, bin, dir string) (*Seaweed, error) {
 	if err != nil {
 		return nil, err
 	}
+	// weed names a server "host:port.grpcport" when the gRPC port is not
+	// port+10000.
 	return &Seaweed{Server: srv, Endpoint: "http://" + s3Addr, bin: bin,
-		master: hostPort(ports[0]), filer: hostPort(ports[4]), dir: dir}, nil
+		master: hostPort(ports[0]) + "." + port(1), filer: hostPort(ports[4]) + "." + port(5), dir: dir}, nil
 }
 
 // RemoteMount mirrors a bucket of an S3 origin under a filer directory,
