@@ -3,6 +3,8 @@ package emulator
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,8 +80,61 @@ func StartSeaweed(ctx context.Context, bin, dir string) (*Seaweed, error) {
 	}
 	// weed names a server "host:port.grpcport" when the gRPC port is not
 	// port+10000.
-	return &Seaweed{Server: srv, Endpoint: "http://" + s3Addr, bin: bin,
-		master: hostPort(ports[0]) + "." + port(1), filer: hostPort(ports[4]) + "." + port(5), dir: dir}, nil
+	s := &Seaweed{Server: srv, Endpoint: "http://" + s3Addr, bin: bin,
+		master: hostPort(ports[0]) + "." + port(1), filer: hostPort(ports[4]) + "." + port(5), dir: dir}
+	if err := s.waitWritable(ctx); err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitWritable returns once the cluster has stored an object (in a
+// bucket of its own, "ferry-ready"). A new master defers allocating
+// volume ids for about 4 s after it starts, and until then the first
+// read of a remote object waits for its volume instead of being cached:
+// a tier that has run for a while has its volumes, and the first read of
+// a test or a benchmark should find the same.
+func (s *Seaweed) waitWritable(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = s.put(ctx, "/ferry-ready"); err == nil {
+			if err = s.put(ctx, "/ferry-ready/probe"); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("seaweedfs took no write within 60 s: %w\n%s", err, tail(s.LogPath()))
+}
+
+// put makes an anonymous PUT of a few bytes to the S3 gateway (a bucket
+// for "/bucket", an object for "/bucket/key").
+func (s *Seaweed) put(ctx context.Context, path string) error {
+	var body io.Reader
+	if strings.Count(path, "/") > 1 {
+		body = strings.NewReader("ready")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.Endpoint+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	// 409: the bucket is there already (an earlier try made it).
+	if resp.StatusCode != http.StatusOK && !(body == nil && resp.StatusCode == http.StatusConflict) {
+		return fmt.Errorf("PUT %s: %s: %s", path, resp.Status, msg)
+	}
+	return nil
 }
 
 // RemoteMount mirrors a bucket of an S3 origin under a filer directory,

@@ -51,6 +51,7 @@ func clusterMain(ctx context.Context, argv []string, stdout, stderr io.Writer) i
 // cluster is one run of `bench cluster`: what runs, and the report.
 type cluster struct {
 	opts   ClusterOptions
+	start  time.Time // the request traces' epoch
 	spec   dataset.Spec
 	files  []string
 	sizes  []int64
@@ -73,7 +74,7 @@ func (c *cluster) logf(format string, args ...any) {
 // writes the report. Everything it starts is stopped before it returns.
 func runCluster(ctx context.Context, o ClusterOptions, argv []string, stdout, stderr io.Writer) (err error) {
 	start := time.Now()
-	c := &cluster{opts: o, stderr: stderr,
+	c := &cluster{opts: o, stderr: stderr, start: start,
 		spec: dataset.Spec{Seed: o.Seed, Groups: []dataset.Group{{Dir: "large", Count: o.Files, Size: o.FileSize}}}}
 	for _, f := range c.spec.Files() {
 		c.files, c.sizes = append(c.files, f.Name), append(c.sizes, f.Size)
@@ -87,7 +88,7 @@ func runCluster(ctx context.Context, o ClusterOptions, argv []string, stdout, st
 	}
 	// The logs stay for a look afterwards; the data does not.
 	defer func() {
-		for _, pattern := range []string{"origin", "tier", "*/node-*/cache"} {
+		for _, pattern := range []string{"origin", "tier/data", "*/node-*/cache"} {
 			dirs, _ := filepath.Glob(filepath.Join(o.WorkDir, pattern))
 			for _, d := range dirs {
 				_ = os.RemoveAll(d)
@@ -167,7 +168,7 @@ func (c *cluster) startOrigin(ctx context.Context, link netem.Link) error {
 	if err != nil {
 		return err
 	}
-	if c.originLink, err = serveTraced(p); err != nil {
+	if c.originLink, err = serveTraced(p, c.start); err != nil {
 		return err
 	}
 	if err := c.origin.CreateBucket(ctx, benchBucket); err != nil {
@@ -232,7 +233,7 @@ func (c *cluster) runTier(ctx context.Context, weed, ferry string) error {
 	if err != nil {
 		return err
 	}
-	if c.tierLink, err = serveTraced(p); err != nil {
+	if c.tierLink, err = serveTraced(p, c.start); err != nil {
 		return err
 	}
 	c.logf("tier: SeaweedFS %s, S3 gateway %s, remote storage %s/%s", emulator.Weed.Version, c.tier.Endpoint, m.Endpoint, m.Bucket)
@@ -319,9 +320,10 @@ func (c *cluster) measure(ctx context.Context, setup, phase string, node int, re
 		ferryCPU0, _ = procCPU(m.Pid)
 	}
 
+	began := time.Since(c.start).Seconds()
 	r, err := read(ctx)
 
-	row := ClusterRow{Setup: setup, Phase: phase, Node: node, Bytes: r.Bytes, Seconds: r.Seconds}
+	row := ClusterRow{Setup: setup, Phase: phase, Node: node, Start: began, Bytes: r.Bytes, Seconds: r.Seconds}
 	o1 := c.originLink.Counters()
 	row.OriginRequests, row.OriginBytes = o1.Requests-origin0.Requests, o1.BytesServed-origin0.BytesServed
 	o := summarize(c.originLink.since(originMark))

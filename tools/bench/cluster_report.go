@@ -15,7 +15,10 @@ type ClusterRow struct {
 	Phase string `json:"phase"` // cold, warm, or prewarm (remote.cache)
 	// Node is 1..N, N+1 for the tier's reference node; 0 for rows
 	// without a ferry.
-	Node    int     `json:"node,omitempty"`
+	Node int `json:"node,omitempty"`
+	// Start is when the read began, seconds from the run's start (the
+	// request traces' epoch).
+	Start   float64 `json:"start_s"`
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
 

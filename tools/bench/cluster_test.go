@@ -83,7 +83,7 @@ func TestTracedLink(t *testing.T) {
 	defer origin.Close()
 	p, err := netem.New(origin.URL, netem.Link{}, nil)
 	require.NoError(t, err)
-	l, err := serveTraced(p)
+	l, err := serveTraced(p, time.Now())
 	require.NoError(t, err)
 	defer l.Close()
 

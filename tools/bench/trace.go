@@ -36,7 +36,7 @@ type tracedLink struct {
 
 // traceEntry is one request through a tracedLink.
 type traceEntry struct {
-	Start   time.Duration // since the link started
+	Start   time.Duration // since the epoch given to serveTraced
 	Elapsed time.Duration // to the last byte
 	Method  string
 	Object  string // the URL path: /bucket/key
@@ -47,13 +47,14 @@ type traceEntry struct {
 	Status        int
 }
 
-// serveTraced starts p on a free loopback port.
-func serveTraced(p *netem.Proxy) (*tracedLink, error) {
+// serveTraced starts p on a free loopback port; the log's times count
+// from epoch, so that two links' logs line up.
+func serveTraced(p *netem.Proxy, epoch time.Time) (*tracedLink, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	t := &tracedLink{Proxy: p, Addr: l.Addr().String(), done: make(chan struct{}), t0: time.Now()}
+	t := &tracedLink{Proxy: p, Addr: l.Addr().String(), done: make(chan struct{}), t0: epoch}
 	t.srv = &http.Server{Handler: t, ConnContext: p.ConnContext, ReadHeaderTimeout: 30 * time.Second}
 	go func() {
 		defer close(t.done)
