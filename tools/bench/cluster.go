@@ -220,7 +220,7 @@ func (c *cluster) runTier(ctx context.Context, weed, ferry string) error {
 	}()
 	m := emulator.RemoteMount{Bucket: benchBucket, Endpoint: "http://" + c.originLink.Addr, Region: c.origin.Region,
 		AccessKey: c.origin.AccessKey, SecretKey: c.origin.SecretKey}
-	if c.opts.CacheWait != "" {
+	if c.opts.CacheWait != "default" {
 		d, _ := time.ParseDuration(c.opts.CacheWait) // validated
 		m.CacheWait = &d
 	}

@@ -27,8 +27,8 @@ type ClusterOptions struct {
 	// through the tier (to try a hint against the same baseline).
 	FerryArgs []string `json:"ferry_args,omitempty"`
 	TierArgs  []string `json:"tier_args,omitempty"`
-	// CacheWait is remote.mount's -cacheWait ("" leaves SeaweedFS's
-	// default, by object size).
+	// CacheWait is remote.mount's -cacheWait, or "default" for
+	// SeaweedFS's own (by object size).
 	CacheWait string `json:"cache_wait,omitempty"`
 	// Prewarm fills the tier with remote.cache before node 1 reads.
 	Prewarm bool `json:"prewarm"`
@@ -43,7 +43,7 @@ type ClusterOptions struct {
 // parseClusterArgs parses the flags after `bench cluster`.
 func parseClusterArgs(args []string, stderr io.Writer) (ClusterOptions, error) {
 	o := ClusterOptions{
-		Nodes: 3, Files: 4, FileSize: 256 << 20, Streams: 4, Seed: 1,
+		Nodes: 3, Files: 4, FileSize: 256 << 20, Streams: 4, Seed: 1, CacheWait: "60s",
 		WorkDir: filepath.Join(os.TempDir(), "ferry-cluster"),
 		RTT:     netem.Default.RTT, ConnMBs: netem.Default.PerConn / 1e6, LinkMBs: netem.Default.Total / 1e6,
 	}
@@ -59,7 +59,7 @@ func parseClusterArgs(args []string, stderr io.Writer) (ClusterOptions, error) {
 	fs.StringVar(&o.FerryBin, "ferry-bin", "", "use this ferry binary instead of building one")
 	ferryArgs := fs.String("ferry-args", "", "extra flags for every ferry")
 	tierArgs := fs.String("tier-ferry-args", "", "extra flags for the ferries that read through the tier only")
-	fs.StringVar(&o.CacheWait, "cache-wait", "", "remote.mount -cacheWait: how long a read of an object the tier has not cached yet waits for the tier to cache it whole before it is served from the origin (\"\": SeaweedFS's default, 2 to 10 s by object size; 0: never wait)")
+	fs.StringVar(&o.CacheWait, "cache-wait", o.CacheWait, "remote.mount -cacheWait: how long a read of an object the tier has not cached yet waits for the tier to cache it whole before it is served from the origin instead (docs/scale-out.md's recipe; \"default\": SeaweedFS's own, 2 to 10 s by object size; 0: never wait)")
 	fs.BoolVar(&o.Prewarm, "prewarm", false, "fill the tier with remote.cache before node 1 reads")
 	fs.BoolVar(&o.NoBaseline, "no-baseline", false, "skip the ferries that read the origin without a tier")
 	fs.DurationVar(&o.RTT, "rtt", o.RTT, "emulated round trip per request to the origin")
@@ -90,9 +90,9 @@ func (o ClusterOptions) validate() error {
 	case o.RTT < 0 || o.ConnMBs < 0 || o.LinkMBs < 0:
 		return errors.New("--rtt, --conn-mbps and --link-mbps must not be negative")
 	}
-	if o.CacheWait != "" {
+	if o.CacheWait != "default" {
 		if d, err := time.ParseDuration(o.CacheWait); err != nil || d < 0 {
-			return fmt.Errorf("--cache-wait %q: want a duration such as 0, 500ms or 60s", o.CacheWait)
+			return fmt.Errorf("--cache-wait %q: want a duration such as 0, 500ms or 60s, or default", o.CacheWait)
 		}
 	}
 	for _, a := range append(append([]string{}, o.FerryArgs...), o.TierArgs...) {

@@ -192,9 +192,9 @@ func (rep *ClusterReport) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "Origin: S3 (versitygw) behind an emulated link: %.0f ms round trip, %.0f MB/s per connection, %.0f MB/s in all. ",
 			l.RTTms, l.PerConnBytesPS/1e6, l.TotalBytesPS/1e6)
 	}
-	wait := "SeaweedFS's default (by object size)"
-	if o.CacheWait != "" {
-		wait = o.CacheWait
+	wait := o.CacheWait
+	if wait == "default" {
+		wait = "SeaweedFS's default (by object size)"
 	}
 	fmt.Fprintf(&b, "Tier: SeaweedFS (`weed server`, one process) with the origin bucket under `remote.mount`, cacheWait %s, pre-warmed: %v. ", wait, o.Prewarm)
 	fmt.Fprintf(&b, "Dataset: %d files of %.0f MiB (%.0f MiB), each node reading %d at a time front to back; %d nodes, each with its own cache and mount point, reading in turn.\n\n",

@@ -21,17 +21,18 @@ func TestParseClusterArgs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, o.Nodes)
 	assert.Equal(t, int64(1<<30), int64(o.Files)*o.FileSize, "the issue's 1 GiB dataset")
-	assert.Empty(t, o.CacheWait, "SeaweedFS's default unless asked")
+	assert.Equal(t, "60s", o.CacheWait, "docs/scale-out.md's recipe unless asked")
 
-	o, err = parseClusterArgs([]string{"--nodes", "4", "--cache-wait", "60s", "--tier-ferry-args", "--max-connections 8"}, &stderr)
+	o, err = parseClusterArgs([]string{"--nodes", "4", "--cache-wait", "default", "--tier-ferry-args", "--max-connections 8"}, &stderr)
 	require.NoError(t, err)
 	assert.Equal(t, 4, o.Nodes)
-	assert.Equal(t, "60s", o.CacheWait)
+	assert.Equal(t, "default", o.CacheWait)
 	assert.Equal(t, []string{"--max-connections", "8"}, o.TierArgs)
 
 	for _, bad := range [][]string{
 		{"--nodes", "1"},
 		{"--cache-wait", "soon"},
+		{"--cache-wait", ""},
 		{"--cache-wait", "-1s"},
 		{"--ferry-args", "--endpoint=http://x"},
 		{"--tier-ferry-args", "--cache-dir /x"},
