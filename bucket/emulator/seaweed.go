@@ -179,9 +179,13 @@ func (s *Seaweed) MountRemote(ctx context.Context, m RemoteMount) error {
 }
 
 // CacheRemote fills the tier with every object of the mounted bucket
-// ahead of any reader (`remote.cache`).
+// ahead of any reader (`remote.cache`). -deleteLocalExtra=false: the
+// filer holds the bucket's prefixes as directories, which a listing of
+// the bucket does not return, and remote.cache would otherwise try to
+// delete them as gone from the bucket and fail ("fail to delete
+// non-empty folder").
 func (s *Seaweed) CacheRemote(ctx context.Context, bucket string) error {
-	out, err := s.Shell(ctx, "remote.cache -dir=/buckets/"+bucket)
+	out, err := s.Shell(ctx, "remote.cache -deleteLocalExtra=false -dir=/buckets/"+bucket)
 	if err != nil {
 		return fmt.Errorf("remote.cache /buckets/%s: %w\n%s", bucket, err, out)
 	}
