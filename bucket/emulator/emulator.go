@@ -149,7 +149,7 @@ func buildInModule(ctx context.Context, tool Tool, bin string) error {
 	if err != nil {
 		return fmt.Errorf("downloading %s@%s: %w", tool.Package, tool.Version, err)
 	}
-	var mod struct{ Dir, Error string }
+	var mod struct{ Dir string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
 		return fmt.Errorf("downloading %s@%s: no module directory in %q (%v)", tool.Package, tool.Version, out, err)
 	}
