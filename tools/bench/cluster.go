@@ -104,10 +104,10 @@ func runCluster(ctx context.Context, o ClusterOptions, argv []string, stdout, st
 	if err != nil {
 		return err
 	}
+	defer c.stopOrigin() // also what a failed start left running
 	if err := c.startOrigin(ctx, link); err != nil {
 		return err
 	}
-	defer c.stopOrigin()
 	direct, err := s3.New(ctx, s3.Config{Bucket: benchBucket, Endpoint: "http://" + c.originLink.Addr, Region: c.origin.Region,
 		PathStyle: true, AccessKey: c.origin.AccessKey, SecretKey: c.origin.SecretKey, MaxConnections: 64})
 	if err != nil {
