@@ -128,9 +128,10 @@ func TestClusterTargets(t *testing.T) {
 		return ClusterRow{Setup: setup, Phase: phase, Node: node, Bytes: bytes, Seconds: secs, OriginBytes: origin}
 	}
 	rep.Rows = []ClusterRow{
-		row(SetupOrigin, PhaseCold, 1, 1000, 10, 1000), // 100 B/s
-		row(SetupOrigin, PhaseCold, 2, 1000, 8, 1000),  // 125 B/s
-		row(SetupTier, PhaseCold, 1, 1000, 12.5, 1050), // 80 B/s: 80% of node 1
+		row(SetupOrigin, PhaseCold, 1, 1000, 10, 1000),   // 100 B/s
+		row(SetupOrigin, PhaseCold, 2, 1000, 8, 1000),    // 125 B/s
+		row(SetupOrigin, PhaseCold, 3, 1000, 12.5, 1000), // 80 B/s: the median is 100
+		row(SetupTier, PhaseCold, 1, 1000, 12.5, 1050),   // 80 B/s: 80% of node 1
 		row(SetupTier, PhaseWarm, 1, 1000, 1, 0),
 		row(SetupTier, PhaseCold, 2, 1000, 2, 0), // 500 B/s
 		row(SetupTier, PhaseCold, 3, 1000, 4, 0), // 250 B/s: 62% of the reference
@@ -144,5 +145,9 @@ func TestClusterTargets(t *testing.T) {
 	assert.Contains(t, rep.Targets[1].Got, "node 2 125%, node 3 62%")
 	assert.True(t, rep.Targets[2].Met)
 	assert.Contains(t, rep.Targets[2].Got, "80% (")
-	assert.Contains(t, rep.Targets[2].Got, "64% to 80% of the no-tier nodes' spread")
+	assert.Contains(t, rep.Targets[2].Got, "64% to 100% of their spread")
+
+	rep.Rows[0].Seconds = 20 // no-tier node 1 at 50 B/s: the median is 80
+	rep.derive()
+	assert.Contains(t, rep.Targets[2].Got, "100% (", "the median, not node 1 alone (160%)")
 }
