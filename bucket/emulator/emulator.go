@@ -1,6 +1,7 @@
 // Package emulator runs the object-store emulators that ferry's tests and
-// benchmarks talk to — fake-gcs-server for GCS and versitygw for S3 — as
-// real child processes listening on loopback. Each pinned version is built
+// benchmarks talk to — fake-gcs-server for GCS and versitygw for S3 — and
+// SeaweedFS, the cache tier put in front of them (seaweed.go), as real
+// child processes listening on loopback. Each pinned version is built
 // once through the Go module proxy and reused.
 //
 // It must never leave a process behind: every Server is stopped by its
