@@ -33,6 +33,7 @@ var checkedFiles = []string{
 	"deploy/systemd/train.env",
 	"deploy/fstab.example",
 	"docs/containers.md",
+	"docs/scale-out.md",
 	"go.mod",
 }
 
@@ -55,6 +56,7 @@ var foreignFlags = map[string]string{
 	"bind":                  "mount(8)", "make-rshared": "mount(8)",
 	"data": "the trainer's own flag in sidecar.yaml",
 	"help": "urfave/cli's built-in help flag",
+	"out":  "tools/bench in scale-out.md",
 }
 
 // wantEntrypoint is the image's entrypoint: ferry, attached, as PID 1.

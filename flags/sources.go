@@ -33,7 +33,7 @@ func (o *Option) Env() string {
 // this list in step with the repository.
 var reservedEnv = []string{
 	"FERRY_SOURCE", "FERRY_MOUNTPOINT", "FERRY_FLAGS",
-	"FERRY_FAKE_GCS_SERVER", "FERRY_VERSITYGW", "FERRY_EMULATOR_DIR",
+	"FERRY_FAKE_GCS_SERVER", "FERRY_VERSITYGW", "FERRY_WEED", "FERRY_EMULATOR_DIR",
 	"FERRY_SOAK", "FERRY_FILECACHE_CRASH_DIR",
 }
 

@@ -24,7 +24,7 @@ func TestBuildIsAnnounced(t *testing.T) {
 	say := func(format string, args ...any) { said = append(said, fmt.Sprintf(format, args...)) }
 	_, err := BinaryTelling(t.Context(), tool, say)
 	require.Error(t, err)
-	assert.Equal(t, []string{"building nothing v0.0.1 with go install, once; with empty Go caches this takes about 45s"}, said)
+	assert.Equal(t, []string{"building nothing v0.0.1, once; with empty Go caches this takes about 45s"}, said)
 
 	said = nil
 	bin := filepath.Join(t.TempDir(), "prebuilt")

@@ -1,6 +1,7 @@
 // Package emulator runs the object-store emulators that ferry's tests and
-// benchmarks talk to — fake-gcs-server for GCS and versitygw for S3 — as
-// real child processes listening on loopback. Each pinned version is built
+// benchmarks talk to — fake-gcs-server for GCS and versitygw for S3 — and
+// SeaweedFS, the cache tier put in front of them (seaweed.go), as real
+// child processes listening on loopback. Each pinned version is built
 // once through the Go module proxy and reused.
 //
 // It must never leave a process behind: every Server is stopped by its
@@ -10,6 +11,7 @@ package emulator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +39,11 @@ type Tool struct {
 	// caches (modules downloaded, everything compiled), to tell a user
 	// who waits for it.
 	FirstBuild time.Duration
+	// InModule, if set, is the main package's directory inside the module
+	// Package: the module is downloaded and that directory built inside
+	// it, for a module whose go.mod has replace directives, which
+	// `go install pkg@version` refuses.
+	InModule string
 }
 
 var (
@@ -75,18 +82,13 @@ func binDir() (string, error) {
 
 var buildMu sync.Mutex
 
-// Binary returns the path of the tool's binary, building it with
-// `go install pkg@version` on first use. Concurrent test processes share
-// one build through a lock file.
-func Binary(ctx context.Context, tool Tool) (string, error) {
-	return BinaryTelling(ctx, tool, nil)
-}
+// ErrNotBuilt is Built's answer for a tool that has not been built yet.
+var ErrNotBuilt = errors.New("not built")
 
-// BinaryTelling is Binary, saying through say (if not nil; one line per
-// call, without a newline) when it builds the tool, about how long that
-// takes the first time, and how long it took: a first run is otherwise a
-// long silence.
-func BinaryTelling(ctx context.Context, tool Tool, say func(format string, args ...any)) (string, error) {
+// Built returns the path of the tool's binary if it is already there
+// ($EnvVar, or an earlier build), without building it: for tests that
+// skip when a slow-to-build tool is absent.
+func Built(tool Tool) (string, error) {
 	if p := os.Getenv(tool.EnvVar); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%q: %w", tool.EnvVar, p, err)
@@ -97,11 +99,30 @@ func BinaryTelling(ctx context.Context, tool Tool, say func(format string, args 
 	if err != nil {
 		return "", err
 	}
-	dir = filepath.Join(dir, tool.Name+"-"+tool.Version)
-	bin := filepath.Join(dir, tool.Name)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
+	bin := filepath.Join(dir, tool.Name+"-"+tool.Version, tool.Name)
+	if _, err := os.Stat(bin); err != nil {
+		return bin, fmt.Errorf("%s@%s: %w (no %s, and $%s unset)", tool.Name, tool.Version, ErrNotBuilt, bin, tool.EnvVar)
 	}
+	return bin, nil
+}
+
+// Binary returns the path of the tool's binary, building it with
+// `go install pkg@version` (or inside the module, see InModule) on first
+// use. Concurrent test processes share one build through a lock file.
+func Binary(ctx context.Context, tool Tool) (string, error) {
+	return BinaryTelling(ctx, tool, nil)
+}
+
+// BinaryTelling is Binary, saying through say (if not nil; one line per
+// call, without a newline) when it builds the tool, about how long that
+// takes the first time, and how long it took: a first run is otherwise a
+// long silence.
+func BinaryTelling(ctx context.Context, tool Tool, say func(format string, args ...any)) (string, error) {
+	bin, err := Built(tool)
+	if err == nil || !errors.Is(err, ErrNotBuilt) {
+		return bin, err
+	}
+	dir := filepath.Dir(bin)
 
 	buildMu.Lock()
 	defer buildMu.Unlock()
@@ -122,20 +143,53 @@ func BinaryTelling(ctx context.Context, tool Tool, say func(format string, args 
 	}
 	start := time.Now()
 	if say != nil {
-		say("building %s %s with go install, once; with empty Go caches this takes about %v",
+		say("building %s %s, once; with empty Go caches this takes about %v",
 			tool.Name, tool.Version, tool.FirstBuild.Round(time.Second))
 	}
-	cmd := exec.CommandContext(ctx, "go", "install", tool.Package+"@"+tool.Version)
-	// Build outside any module so our go.mod does not constrain it.
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s@%s: %w\n%s", tool.Package, tool.Version, err, out)
+	if tool.InModule != "" {
+		if err := buildInModule(ctx, tool, bin); err != nil {
+			return "", err
+		}
+	} else {
+		cmd := exec.CommandContext(ctx, "go", "install", tool.Package+"@"+tool.Version)
+		// Build outside any module so our go.mod does not constrain it.
+		cmd.Dir = os.TempDir()
+		cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building %s@%s: %w\n%s", tool.Package, tool.Version, err, out)
+		}
 	}
 	if say != nil {
 		say("built %s in %v, kept in %s", tool.Name, time.Since(start).Round(time.Second), dir)
 	}
 	return bin, nil
+}
+
+// buildInModule downloads the module tool.Package@tool.Version through the
+// module proxy and builds tool.InModule inside it into bin (through a
+// temporary name, so an interrupted build leaves no binary behind).
+func buildInModule(ctx context.Context, tool Tool, bin string) error {
+	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
+	dl := exec.CommandContext(ctx, "go", "mod", "download", "-json", tool.Package+"@"+tool.Version)
+	dl.Dir = os.TempDir()
+	dl.Env = env
+	out, err := dl.Output()
+	if err != nil {
+		return fmt.Errorf("downloading %s@%s: %w", tool.Package, tool.Version, err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return fmt.Errorf("downloading %s@%s: no module directory in %q (%v)", tool.Package, tool.Version, out, err)
+	}
+	tmp := bin + ".tmp"
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, tool.InModule)
+	build.Dir = mod.Dir
+	build.Env = env
+	if out, err := build.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("building %s in %s@%s: %w\n%s", tool.InModule, tool.Package, tool.Version, err, out)
+	}
+	return os.Rename(tmp, bin)
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -6,6 +6,7 @@
 //	go run ./tools/bench run --out docs/bench # the full benchmark, ~15 min
 //	go run ./tools/bench run --target-dir /mnt/other   # another file system, same data
 //	go run ./tools/bench generate --data-dir DIR       # the dataset, to upload elsewhere
+//	go run ./tools/bench cluster --out docs/bench/cluster # N nodes through a SeaweedFS tier (cluster.go)
 //
 // The store is a real emulator (versitygw or fake-gcs-server) run as a
 // child process behind netem's shaping proxy; ferry is built from this
@@ -29,9 +30,15 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "cluster" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		code := clusterMain(ctx, os.Args, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	opts, err := parseArgs(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "usage: bench demo|run|generate [flags]; bench run -h lists the flags")
+		fmt.Fprintln(os.Stderr, "usage: bench demo|run|generate|cluster [flags]; bench run -h (bench cluster -h) lists the flags")
 		os.Exit(0)
 	}
 	if err != nil {
