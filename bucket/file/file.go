@@ -24,9 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,12 +74,15 @@ type Bucket struct {
 	// Mutable state
 	hiddenLinks  atomic.Uint64 // see HiddenLinks
 	hiddenLogged atomic.Bool
+	dirReads     atomic.Uint64 // directories read for listings (tests)
 
 	mu sync.Mutex
 	// lastMtime is the mtime given to the most recent Put. Put makes mtimes
 	// strictly increasing so that two quick writes of the same size, which
 	// may reuse a freed inode, still get different versions.
 	lastMtime time.Time // GUARDED_BY(mu)
+	// snaps are directories being listed page by page (list.go).
+	snaps map[snapKey]*dirSnap // GUARDED_BY(mu)
 }
 
 // Config says which directory to serve, and where to report what it
@@ -385,206 +386,6 @@ func (r *reader) Read(p []byte) (int, error) {
 }
 
 func (r *reader) Close() error { return r.f.Close() }
-
-// List implements bucket.Bucket for the delimiters "/" (one directory) and
-// "" (the whole tree under the prefix). A sub-directory is a prefix even
-// when it is empty. The continuation token is the last name or prefix
-// returned.
-func (b *Bucket) List(ctx context.Context, req *bucket.ListRequest) (*bucket.Listing, error) {
-	if err := ctxErr(ctx, "list", req.Prefix); err != nil {
-		return nil, err
-	}
-	if req.Delimiter != "" && req.Delimiter != "/" {
-		return nil, fmt.Errorf("file: list %q: delimiter %q: only \"/\" and \"\" are supported: %w",
-			req.Prefix, req.Delimiter, bucket.ErrInvalid)
-	}
-	if req.MaxResults < 0 {
-		return nil, fmt.Errorf("file: list %q: MaxResults %d: %w", req.Prefix, req.MaxResults, bucket.ErrInvalid)
-	}
-	limit := req.MaxResults
-	if limit == 0 || limit > DefaultMaxResults {
-		limit = DefaultMaxResults
-	}
-	// The prefix splits into a directory and the start of names in it.
-	dir, partial := "", req.Prefix
-	if i := strings.LastIndexByte(req.Prefix, '/'); i >= 0 {
-		dir, partial = req.Prefix[:i+1], req.Prefix[i+1:]
-		if err := checkName(dir, true); err != nil {
-			return nil, fmt.Errorf("file: list: %w", err)
-		}
-	}
-	l := &bucket.Listing{Objects: []bucket.Object{}, Prefixes: []string{}}
-	if isTemp(dir) {
-		return l, nil
-	}
-	w := &walker{
-		ctx:     ctx,
-		b:       b,
-		token:   req.ContinuationToken,
-		limit:   limit,
-		listing: l,
-		flat:    req.Delimiter == "",
-	}
-	if err := w.dir(dir, partial); err != nil {
-		if errors.Is(err, bucket.ErrNotFound) {
-			// A prefix with nothing under it is an empty listing.
-			return &bucket.Listing{Objects: []bucket.Object{}, Prefixes: []string{}}, nil
-		}
-		return nil, err
-	}
-	return l, nil
-}
-
-// walker produces one page of a listing in lexical order of names.
-type walker struct {
-	ctx     context.Context
-	b       *Bucket
-	token   string
-	limit   int
-	listing *bucket.Listing
-	flat    bool
-	last    string // the last entry added
-	full    bool   // the page is full and another entry exists
-}
-
-type entry struct {
-	key   string // object name, or prefix ending in "/"
-	real  string // an object's path under the root, links followed
-	isDir bool
-	// marker: key is the directory being listed, which holds nothing
-	// listable (see walker.dir).
-	marker bool
-}
-
-// dir lists directory dir ("" for the root, else ending in "/"), keeping
-// the entries whose name starts with partial. It stops when the page is
-// full.
-func (w *walker) dir(dir, partial string) error {
-	if err := ctxErr(w.ctx, "list", dir); err != nil {
-		return err
-	}
-	real, dirInfo, dirs, err := w.b.resolve(strings.TrimSuffix(dir, "/"))
-	if err != nil {
-		return mapErr(w.ctx, "list", dir, err)
-	}
-	if !dirInfo.IsDir() {
-		return notFound("list", dir, "not a directory")
-	}
-	if dir == "" {
-		dirInfo = nil // the root has no marker
-	}
-	f, err := w.b.root.OpenFile(orRoot(real), os.O_RDONLY|syscall.O_DIRECTORY, 0)
-	if err != nil {
-		return mapErr(w.ctx, "list", dir, err)
-	}
-	des, err := f.ReadDir(-1)
-	f.Close()
-	if err != nil {
-		return mapErr(w.ctx, "list", dir, err)
-	}
-	entries, err := w.entries(dir, real, partial, des, dirs)
-	if err != nil {
-		return err
-	}
-	if len(entries) == 0 && partial == "" && dirInfo != nil {
-		// A directory with nothing listable in it is shown as the stores
-		// show a folder made in their consoles: a zero-size marker
-		// object named like the prefix. Without it the parent would list
-		// the directory while a lookup of it (a listing of its prefix)
-		// found nothing there.
-		entries = append(entries, entry{key: dir, marker: true})
-	}
-	// Sorting by key ("a/" for a directory) gives the store's byte order:
-	// "a-b" < "a/x" < "a0".
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
-
-	for _, e := range entries {
-		if w.token != "" && e.key <= w.token && !(w.flat && e.isDir && strings.HasPrefix(w.token, e.key)) {
-			// Entirely before the token. (A directory the token is inside
-			// is walked, in flat mode, to find the names after it.)
-			continue
-		}
-		if e.isDir && w.flat {
-			if err := w.dir(e.key, ""); err != nil {
-				if errors.Is(err, bucket.ErrNotFound) {
-					continue // removed while listing
-				}
-				return err
-			}
-			if w.full {
-				return nil
-			}
-			continue
-		}
-		if len(w.listing.Objects)+len(w.listing.Prefixes) == w.limit {
-			w.full = true
-			w.listing.ContinuationToken = w.last
-			return nil
-		}
-		switch {
-		case e.marker:
-			w.listing.Objects = append(w.listing.Objects, bucket.Object{
-				Name: e.key, Version: version(dirInfo), Updated: dirInfo.ModTime(),
-			})
-		case e.isDir:
-			w.listing.Prefixes = append(w.listing.Prefixes, e.key)
-		default:
-			fi, err := w.b.root.Lstat(e.real)
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					continue // removed while listing
-				}
-				return mapErr(w.ctx, "list", e.key, err)
-			}
-			if !fi.Mode().IsRegular() {
-				continue
-			}
-			w.listing.Objects = append(w.listing.Objects, *toObject(e.key, fi))
-		}
-		w.last = e.key
-	}
-	return nil
-}
-
-// entries are the entries of directory dir (real: its path under the
-// root; dirs: see resolve) whose names start with partial that are
-// objects or prefixes: regular files and directories, directly or through
-// symbolic links. Links that are hidden are counted; devices, sockets and
-// FIFOs are not objects.
-func (w *walker) entries(dir, real, partial string, des []fs.DirEntry, dirs []string) ([]entry, error) {
-	out := make([]entry, 0, len(des))
-	for _, de := range des {
-		n := de.Name()
-		if !strings.HasPrefix(n, partial) || strings.HasPrefix(n, tempPrefix) {
-			continue
-		}
-		p, t := path.Join(real, n), de.Type()
-		if t&fs.ModeSymlink != 0 {
-			r := resolver{b: w.b}
-			target, fi, err := r.step(real, n)
-			if err == nil && fi.IsDir() && slices.Contains(dirs, target) {
-				// A link to a directory above it: the tree would be endless.
-				err = &linkError{link: p, why: errLoop}
-			}
-			if err != nil {
-				w.b.noteHiddenLink(err)
-				var le *linkError
-				if errors.As(err, &le) || errors.Is(err, fs.ErrNotExist) {
-					continue // hidden, or removed while listing
-				}
-				return nil, mapErr(w.ctx, "list", dir+n, err)
-			}
-			p, t = target, fi.Mode().Type()
-		}
-		switch {
-		case t.IsDir():
-			out = append(out, entry{key: dir + n + "/", isDir: true})
-		case t.IsRegular():
-			out = append(out, entry{key: dir + n, real: p})
-		}
-	}
-	return out, nil
-}
 
 // Put implements bucket.Writer: the data goes to a temporary file in the
 // target directory, which is then renamed over the name, so readers see
