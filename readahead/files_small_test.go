@@ -659,8 +659,11 @@ func TestOpenAheadSmallObjectsTakeOnlyFreeMemory(t *testing.T) {
 		assert.NotContains(t, []*Handle{first[2], first[3]}, p.owner, "kept for nobody while the stream read")
 	}
 	f.mu.Unlock()
-	// What the stream took was in the cache too.
+	// What the stream took was in the cache too. (The stream itself may
+	// read some of its own bytes back from the cache, when its parts go
+	// to the next one before its reader gets there: count first2's.)
+	hits := f.Stats().CacheHitBytes
 	sequential(t, b, first[2], 256*KiB)
 	assert.Len(t, b.ranges("first2"), 1, "fetched once")
-	assert.Equal(t, int64(1*MiB), f.Stats().CacheHitBytes)
+	assert.Equal(t, int64(1*MiB), f.Stats().CacheHitBytes-hits)
 }
