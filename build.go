@@ -33,7 +33,7 @@ import (
 func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon.Mounted, error) {
 	log, reg := s.Logger, s.Registry
 	reg.MustRegister(readBuildVersion().buildInfoGauge())
-	offHeap := limitHeap(cfg.MemoryLimit, log)
+	offHeap := limitHeap(cfg.MemoryLimit, cfg.MetadataLimit, log)
 
 	b, err := connect.Open(ctx, cfg.Source, storeOptions(cfg, log, reg))
 	if err != nil {
@@ -47,7 +47,7 @@ func mountStack(ctx context.Context, cfg *flags.Config, s *daemon.Setup) (daemon
 	}
 
 	meta, err := metadata.New(metadata.Config{Bucket: b, TTL: cfg.MetadataTTL, NegativeTTL: cfg.NegativeTTL,
-		Logger: log, Registerer: reg})
+		MemoryLimit: cfg.MetadataLimit, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -230,28 +230,33 @@ func cacheDisabledGauge() prometheus.Collector {
 }
 
 // heapOverhead is what the process may use besides the read buffers that
-// --memory-limit accounts: the metadata cache, FUSE and HTTP buffers, the
-// runtime.
-const heapOverhead = 48 << 20
+// --memory-limit accounts and the metadata that --metadata-limit does:
+// FUSE and HTTP buffers, the disk cache's index, the runtime.
+const heapOverhead = 64 << 20
 
-// limitHeap tells the Go runtime the memory budget. readahead accounts
-// every buffer against --memory-limit, but without a runtime limit the
-// GC lets the heap grow to twice what is live, and pooled buffers waiting
-// for reuse are not accounted at all: a 128 MiB budget peaked at 245 MiB
-// RSS in the soak test. GOMEMLIMIT, if set, wins.
+// limitHeap tells the Go runtime the memory budget: --memory-limit for
+// read buffers, --metadata-limit for metadata (without a bound, 256 MiB
+// of it is assumed), and heapOverhead. readahead accounts every buffer
+// against --memory-limit, but without a runtime limit the GC lets the
+// heap grow to twice what is live, and pooled buffers waiting for reuse
+// are not accounted at all: a 128 MiB budget peaked at 245 MiB RSS in
+// the soak test. GOMEMLIMIT, if set, wins.
 //
 // The function returned (nil when there is no limit to keep) is
 // readahead's Config.OffHeap: buffers mapped outside the Go heap lower
 // the runtime's limit, ours or GOMEMLIMIT's, by as much (down to
 // heapOverhead at most), so that the heap and they stay within it
 // together.
-func limitHeap(memoryLimit int64, logger *slog.Logger) func(offHeap int64) {
+func limitHeap(memoryLimit, metadataLimit int64, logger *slog.Logger) func(offHeap int64) {
+	if metadataLimit == 0 {
+		metadataLimit = 256 << 20
+	}
 	var base int64
 	switch {
 	case os.Getenv("GOMEMLIMIT") != "":
 		base = debug.SetMemoryLimit(-1) // reads it
 	case memoryLimit > 0:
-		base = memoryLimit + heapOverhead
+		base = memoryLimit + metadataLimit + heapOverhead
 		debug.SetMemoryLimit(base)
 		logger.Debug("runtime memory limit set", "bytes", base)
 	default:

@@ -24,7 +24,7 @@ import (
 	"ferry/flags"
 )
 
-// TestLimitHeap: the runtime's memory limit is the budget plus the
+// TestLimitHeap: the runtime's memory limit is the two budgets plus the
 // overhead, or GOMEMLIMIT's; buffers mapped outside the heap lower it by
 // as much, never below the overhead.
 func TestLimitHeap(t *testing.T) {
@@ -34,22 +34,24 @@ func TestLimitHeap(t *testing.T) {
 	const mib = 1 << 20
 
 	t.Setenv("GOMEMLIMIT", "")
-	assert.Nil(t, limitHeap(0, log), "no budget, no GOMEMLIMIT: nothing to keep")
+	assert.Nil(t, limitHeap(0, 0, log), "no budget, no GOMEMLIMIT: nothing to keep")
 
-	offHeap := limitHeap(512*mib, log)
+	offHeap := limitHeap(512*mib, 128*mib, log)
 	require.NotNil(t, offHeap)
-	assert.EqualValues(t, 512*mib+heapOverhead, debug.SetMemoryLimit(-1))
+	assert.EqualValues(t, 640*mib+heapOverhead, debug.SetMemoryLimit(-1))
 	offHeap(100 * mib)
-	assert.EqualValues(t, 412*mib+heapOverhead, debug.SetMemoryLimit(-1))
+	assert.EqualValues(t, 540*mib+heapOverhead, debug.SetMemoryLimit(-1))
 	offHeap(2048 * mib)
 	assert.EqualValues(t, heapOverhead, debug.SetMemoryLimit(-1), "never below the overhead")
 	offHeap(0)
-	assert.EqualValues(t, 512*mib+heapOverhead, debug.SetMemoryLimit(-1))
+	assert.EqualValues(t, 640*mib+heapOverhead, debug.SetMemoryLimit(-1))
+	limitHeap(512*mib, 0, log)
+	assert.EqualValues(t, 768*mib+heapOverhead, debug.SetMemoryLimit(-1), "unbounded metadata: 256 MiB assumed")
 
 	// GOMEMLIMIT (read by the runtime at start) wins, and is lowered too.
 	t.Setenv("GOMEMLIMIT", "1GiB")
 	debug.SetMemoryLimit(1024 * mib)
-	offHeap = limitHeap(512*mib, log)
+	offHeap = limitHeap(512*mib, 128*mib, log)
 	require.NotNil(t, offHeap)
 	assert.EqualValues(t, 1024*mib, debug.SetMemoryLimit(-1))
 	offHeap(256 * mib)

@@ -69,6 +69,9 @@ type Config struct {
 
 	// Memory and kernel.
 	MemoryLimit int64
+	// MetadataLimit bounds the metadata's memory (names, listings, the
+	// kernel's inodes); 0 is no bound.
+	MetadataLimit int64
 	// ReadAheadFiles: start the next file of a directory read in listing
 	// order before its reader opens it (readahead.Files).
 	ReadAheadFiles bool
@@ -98,9 +101,11 @@ const (
 	// default part size; below 32 MiB a stream's window (at most half
 	// the budget) would be too small to keep a link busy.
 	MinMemoryLimit = 32 << 20
-	MinBlockSize   = 4 << 10
-	MaxBlockSize   = 16 << 20
-	MaxConnections = 1024
+	// MinMetadataLimit: a few thousand names.
+	MinMetadataLimit = 4 << 20
+	MinBlockSize     = 4 << 10
+	MaxBlockSize     = 16 << 20
+	MaxConnections   = 1024
 	// MaxReadAheadKB is 1 GiB, far beyond what the kernel ever uses.
 	MaxReadAheadKB = 1 << 20
 	// MaxBackground: each async request holds up to a 1 MiB reply.

@@ -146,6 +146,20 @@ var Options = []Option{
 			return err
 		}},
 
+	{Name: "metadata-limit", Fstab: "metadata_limit", Kind: Size, Default: "256MiB", Category: catMeta,
+		Usage: "most memory for metadata: cached names and listings (about 80 bytes a name listed) and the inodes the kernel holds (about 350 bytes each, up to half of it); past it, ferry drops cached names at random, to be asked of the store again whatever --metadata-ttl, and asks the kernel to forget names; 0 is no bound",
+		set: func(c *Config, s string) error {
+			n, err := ParseSize(s)
+			if err != nil {
+				return err
+			}
+			if n != 0 && n < MinMetadataLimit {
+				return fmt.Errorf("%s is below the minimum of %s (0 is no bound)", humanSize(n), humanSize(MinMetadataLimit))
+			}
+			c.MetadataLimit = n
+			return nil
+		}},
+
 	// Ownership and permissions.
 	{Name: "uid", Placeholder: "UID", Fstab: "uid", Kind: Int, DefaultDoc: "uid running ferry", Category: catPerms,
 		Usage: "owner of every file and directory",

@@ -24,6 +24,7 @@ type testConfig struct {
 	Bucket                   bucket.Bucket
 	MetadataTTL, NegativeTTL time.Duration
 	ListPageSize             int
+	MetadataLimit            int64 // metadata's MemoryLimit
 	// ListAfterMisses is metadata's: 0 lists nothing in the background
 	// here (unit tests count store requests exactly).
 	ListAfterMisses int
@@ -52,7 +53,7 @@ func (tc *testConfig) build(t *testing.T, now func() time.Time) Config {
 		misses = -1
 	}
 	meta, err := metadata.New(metadata.Config{Bucket: tc.Bucket, TTL: tc.MetadataTTL, NegativeTTL: tc.NegativeTTL,
-		PageSize: tc.ListPageSize, ListAfterMisses: misses, Logger: tc.Logger, Registerer: tc.Registerer, Now: now})
+		PageSize: tc.ListPageSize, ListAfterMisses: misses, MemoryLimit: tc.MetadataLimit, Logger: tc.Logger, Registerer: tc.Registerer, Now: now})
 	require.NoError(t, err)
 	t.Cleanup(meta.Close)
 	cfg := tc.Config

@@ -98,10 +98,10 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 	attrs := plus && fs.lu.listingPage(h, int(op.Offset), fs.now())
 	i := int(op.Offset)
 	if plus {
-		defer func() { fs.lu.handedOut(h, min(i, len(h.list.Entries))) }()
+		defer func() { fs.lu.handedOut(h, min(i, h.list.Len())) }()
 	}
 	for ; ; i++ {
-		for !h.list.Complete && (i >= len(h.list.Entries) || !h.list.Settled(i)) {
+		for !h.list.Complete && (i >= h.list.Len() || !h.list.Settled(i)) {
 			if err := fs.meta.NextPage(ctx, h.list); err != nil {
 				if op.BytesRead > 0 {
 					return nil // return what we have; the next read retries
@@ -109,10 +109,10 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 				return fs.errno("readdir", h.path, err)
 			}
 		}
-		if i >= len(h.list.Entries) {
+		if i >= h.list.Len() {
 			return nil
 		}
-		e := h.list.Entries[i]
+		e := h.list.At(i)
 		d := fuseutil.Dirent{Offset: fuseops.DirOffset(i + 1), Name: e.Name, Type: direntType(e.Kind)}
 		buf := op.Dst[op.BytesRead:]
 		if !plus {

@@ -95,7 +95,8 @@ type fileSystem struct {
 	lu    listUse        // what listings answer with (listuse.go)
 	intr  interruptState // FUSE interrupts (interrupt.go)
 
-	mu sync.Mutex
+	mu   sync.Mutex
+	trim trimState // GUARDED_BY(mu); the inodes' memory bound (inodes.go)
 
 	// INVARIANT: inodes[RootInodeID] is the root: a directory with path "".
 	// INVARIANT: for every id, in := inodes[id]: in.id == id and
@@ -206,6 +207,7 @@ func newFileSystem(cfg Config, now func() time.Time) (*fileSystem, error) {
 		attrs: attrs{ttl: cfg.Metadata.TTL(), uid: cfg.Uid, gid: cfg.Gid,
 			fileMode: fileMode, dirMode: dirMode, mountTime: now()},
 		pt:        ptState{on: cfg.Passthrough, maxSize: passthroughMaxSize},
+		trim:      trimState{limit: cfg.Metadata.MemoryLimit() / 2},
 		sp:        spliceState{on: cfg.Splice},
 		inodes:    make(map[fuseops.InodeID]*inode),
 		byKey:     make(map[inodeKey]fuseops.InodeID),
@@ -258,6 +260,16 @@ func (fs *fileSystem) checkInvariants() {
 		if id >= fs.nextInode {
 			panic("fs: inode id beyond nextInode")
 		}
+	}
+	// The inodes' bytes (inodes.go) are counted right.
+	var bytes int64
+	for id, in := range fs.inodes {
+		if id != fuseops.RootInodeID {
+			bytes += inodeBytes(in)
+		}
+	}
+	if bytes != fs.trim.bytes {
+		panic("fs: the inodes' bytes are not counted right")
 	}
 	// Passthrough counts (passthrough.go) match the open handles.
 	cached := map[*inode]int{}
@@ -373,10 +385,12 @@ func (fs *fileSystem) acquire(path string, e metadata.Entry) *inode {
 		in = &inode{id: fs.nextInode, path: path, dir: key.dir}
 		if !in.dir {
 			in.obj = e.Obj
+			in.obj.Name = path // the same name: one copy of the string
 		}
 		fs.nextInode++
 		fs.inodes[in.id] = in
 		fs.byKey[key] = in.id
+		fs.chargeLocked(inodeBytes(in))
 	}
 	fs.followUnversioned(in, e)
 	in.seen = max(in.seen, e.Seq)
@@ -401,6 +415,7 @@ func keyOf(path string, e metadata.Entry) inodeKey {
 func (fs *fileSystem) followUnversioned(in *inode, e metadata.Entry) {
 	if !in.dir && e.Kind == metadata.File && in.obj.Version == "" && e.Obj.Version == "" && !e.Obj.Updated.Before(in.obj.Updated) {
 		in.obj = e.Obj
+		in.obj.Name = in.path // as acquire keeps it: the same bytes counted
 	}
 }
 
@@ -448,6 +463,7 @@ func (fs *fileSystem) forget(id fuseops.InodeID, n uint64) {
 	if in.lookups == 0 && id != fuseops.RootInodeID {
 		delete(fs.inodes, id)
 		delete(fs.byKey, in.key())
+		fs.chargeLocked(-inodeBytes(in))
 	}
 }
 

@@ -44,45 +44,6 @@ type DirEntry struct {
 	Entry
 }
 
-// Listing is a complete listing of one directory, cached: its entries in
-// listing order (names sorted, a directory in place of a file of the
-// same name). It never changes once cached; a newer listing replaces it.
-type Listing struct {
-	entries []DirEntry     // each with the listing's seq
-	byName  map[string]int // index into entries
-	exp     expiry
-	at      time.Time // when it was cached: its "no such name" answers follow the negative TTL from then
-	seq     uint64    // when the listing's first page was asked for
-}
-
-// Len is the number of entries.
-func (l *Listing) Len() int { return len(l.entries) }
-
-// Entry returns entry i: its name, its object (for a file) and whether
-// it is a file.
-func (l *Listing) Entry(i int) (name string, obj bucket.Object, file bool) {
-	e := &l.entries[i]
-	return e.Name, e.Obj, e.Kind == File
-}
-
-// Index returns the position of name in the listing.
-func (l *Listing) Index(name string) (int, bool) {
-	i, ok := l.byName[name]
-	return i, ok
-}
-
-// Entries returns the entries; the slice is shared and must not be
-// modified.
-func (l *Listing) Entries() []DirEntry { return l.entries }
-
-// answer is what the listing says about name.
-func (l *Listing) answer(name string) Entry {
-	if i, ok := l.byName[name]; ok {
-		return l.entries[i].Entry
-	}
-	return Entry{Kind: None, Seq: l.seq}
-}
-
 // expiry is when a cached item stops being fresh. forever is the -1 TTL.
 type expiry struct {
 	at      time.Time
@@ -122,10 +83,12 @@ type ttlCache struct {
 	floors   map[string]uint64 // GUARDED_BY(mu)
 	floorMax uint64            // GUARDED_BY(mu); the greatest floor
 	gen      uint64            // GUARDED_BY(mu); invalidations so far
+	budget   budget            // GUARDED_BY(mu); the bytes held, against the limit (budget.go)
 }
 
-func newTTLCache(ttl, negTTL time.Duration, now func() time.Time) *ttlCache {
+func newTTLCache(ttl, negTTL time.Duration, now func() time.Time, limit int64) *ttlCache {
 	return &ttlCache{
+		budget:   budget{limit: limit},
 		now:      now,
 		ttl:      ttl,
 		negTTL:   negTTL,
@@ -250,7 +213,7 @@ func (c *ttlCache) stale(path string) {
 	}
 	c.seq++
 	known.Seq = c.seq
-	c.entries[path] = cachedEntry{e: known, exp: expiry{at: c.now()}}
+	c.setEntryLocked(path, cachedEntry{e: known, exp: expiry{at: c.now()}})
 	c.maybeSweep()
 }
 
@@ -299,14 +262,14 @@ func (c *ttlCache) put(path string, e Entry) {
 		// just learned, nor an older listing answer again: keep it,
 		// already expired, as a tombstone that outranks the listing.
 		if l, listed := c.listings[dir]; listed && c.fresh(l.exp) {
-			c.entries[path] = cachedEntry{e: e, exp: expiry{at: c.now()}}
+			c.setEntryLocked(path, cachedEntry{e: e, exp: expiry{at: c.now()}})
 			c.maybeSweep()
 		} else {
-			delete(c.entries, path)
+			c.delEntryLocked(path)
 		}
 		return
 	}
-	c.entries[path] = cachedEntry{e: e, exp: exp}
+	c.setEntryLocked(path, cachedEntry{e: e, exp: exp})
 	c.maybeSweep()
 }
 
@@ -321,33 +284,34 @@ func (c *ttlCache) listing(dir string) (*Listing, bool) {
 	return l, true
 }
 
-// putListing caches a complete listing of dir whose first page was asked
-// for at seq (every entry carries it). It takes ownership of entries.
-func (c *ttlCache) putListing(dir string, entries []DirEntry, seq uint64) {
+// putListing caches l, a complete listing whose first page was asked for
+// at l.seq, unless it would take more than a quarter of the memory limit
+// (its Lister still serves it).
+func (c *ttlCache) putListing(l *Listing) {
 	exp, ok := c.expiryFor(c.ttl)
 	if !ok {
 		return
 	}
-	byName := make(map[string]int, len(entries))
-	for i, e := range entries {
-		byName[e.Name] = i
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if l, ok := c.listings[dir]; ok && l.seq > seq {
+	if !c.budget.fits(l.bytes()) {
+		return
+	}
+	if old, ok := c.listings[l.dir]; ok && old.seq > l.seq {
 		return // a listing that began later is cached already
 	}
-	if c.belowFloor(dir, seq, true) {
+	if c.belowFloor(l.dir, l.seq, true) {
 		return // invalidated while it was being read
 	}
-	c.listings[dir] = &Listing{entries: entries, byName: byName, exp: exp, at: c.now(), seq: seq}
+	l.exp, l.at = exp, c.now()
+	c.setListingLocked(l)
 	// Name entries of the children that are older than this listing: drop
 	// them, the listing answers for them now. Newer ones stay, and answer
 	// (see lookup).
-	for _, e := range entries {
-		p := ChildPath(dir, e.Name)
-		if ce, ok := c.entries[p]; ok && ce.e.Seq < seq {
-			delete(c.entries, p)
+	for i := range l.Len() {
+		p := ChildPath(l.dir, l.Name(i))
+		if ce, ok := c.entries[p]; ok && ce.e.Seq < l.seq {
+			c.delEntryLocked(p)
 		}
 	}
 	c.maybeSweep()
@@ -370,20 +334,20 @@ func (c *ttlCache) invalidate(p string) int {
 	n := 0
 	for k := range c.entries {
 		if Under(k, p) {
-			delete(c.entries, k)
+			c.delEntryLocked(k)
 			n++
 		}
 	}
 	for k := range c.listings {
 		if Under(k, p) {
-			delete(c.listings, k)
+			c.delListingLocked(k)
 			n++
 		}
 	}
 	if p != "" {
 		parent, _ := SplitPath(p)
 		if _, ok := c.listings[parent]; ok {
-			delete(c.listings, parent)
+			c.delListingLocked(parent)
 			n++
 		}
 	}
@@ -391,10 +355,14 @@ func (c *ttlCache) invalidate(p string) int {
 }
 
 // maybeSweep drops expired items now and then so a positive TTL does not
-// grow the maps without bound.
+// grow the maps without bound, and evicts when the cache holds more than
+// its limit.
 //
 // LOCKS_REQUIRED(c.mu)
 func (c *ttlCache) maybeSweep() {
+	if c.budget.over(8) {
+		c.evictLocked()
+	}
 	c.puts++
 	if c.puts < 4096 || c.puts < len(c.entries)+len(c.listings) {
 		return
@@ -410,11 +378,11 @@ func (c *ttlCache) maybeSweep() {
 		if l, ok := c.listings[dir]; ok && c.fresh(l.exp) && l.seq < v.e.Seq {
 			continue
 		}
-		delete(c.entries, k)
+		c.delEntryLocked(k)
 	}
 	for k, v := range c.listings {
 		if !c.fresh(v.exp) {
-			delete(c.listings, k)
+			c.delListingLocked(k)
 		}
 	}
 }

@@ -37,7 +37,7 @@ func TestMetaCacheTTL(t *testing.T) {
 	file := Entry{Kind: File, Obj: bucket.Object{Name: "d/f", Version: "1"}}
 
 	t.Run("positive and negative expire separately", func(t *testing.T) {
-		c := newTTLCache(time.Minute, time.Second, clock.Now)
+		c := newTTLCache(time.Minute, time.Second, clock.Now, 0)
 		c.put("d/f", file)
 		c.put("d/missing", Entry{Kind: None})
 		e, ok := c.lookup("d/f")
@@ -55,10 +55,10 @@ func TestMetaCacheTTL(t *testing.T) {
 		assert.False(t, ok)
 	})
 	t.Run("forever", func(t *testing.T) {
-		c := newTTLCache(-1, -1, clock.Now)
+		c := newTTLCache(-1, -1, clock.Now, 0)
 		c.put("d/f", file)
 		c.put("d/missing", Entry{Kind: None})
-		c.putListing("d", []DirEntry{{Name: "f", Entry: file}}, c.begin())
+		putEntries(t, c, "d", []DirEntry{{Name: "f", Entry: file}}, c.begin())
 		clock.Advance(100 * 365 * 24 * time.Hour)
 		_, ok := c.lookup("d/f")
 		assert.True(t, ok)
@@ -68,10 +68,10 @@ func TestMetaCacheTTL(t *testing.T) {
 		assert.True(t, ok)
 	})
 	t.Run("disabled", func(t *testing.T) {
-		c := newTTLCache(0, 0, clock.Now)
+		c := newTTLCache(0, 0, clock.Now, 0)
 		c.put("d/f", file)
 		c.put("d/missing", Entry{Kind: None})
-		c.putListing("d", []DirEntry{{Name: "f", Entry: file}}, c.begin())
+		putEntries(t, c, "d", []DirEntry{{Name: "f", Entry: file}}, c.begin())
 		_, ok := c.lookup("d/f")
 		assert.False(t, ok)
 		_, ok = c.lookup("d/missing")
@@ -80,9 +80,9 @@ func TestMetaCacheTTL(t *testing.T) {
 		assert.False(t, ok)
 	})
 	t.Run("listing answers children, newer wins", func(t *testing.T) {
-		c := newTTLCache(time.Minute, time.Minute, clock.Now)
+		c := newTTLCache(time.Minute, time.Minute, clock.Now, 0)
 		c.put("d/new", Entry{Kind: None}) // older than the listing
-		c.putListing("d", []DirEntry{{Name: "f", Entry: file}, {Name: "new", Entry: Entry{Kind: Dir}}}, c.begin())
+		putEntries(t, c, "d", []DirEntry{{Name: "f", Entry: file}, {Name: "new", Entry: Entry{Kind: Dir}}}, c.begin())
 		e, ok := c.lookup("d/new")
 		require.True(t, ok)
 		assert.Equal(t, Dir, e.Kind, "an older negative entry shadowed the listing")
@@ -95,13 +95,13 @@ func TestMetaCacheTTL(t *testing.T) {
 		assert.Equal(t, None, e.Kind)
 	})
 	t.Run("the request that began later wins, not the one stored later", func(t *testing.T) {
-		c := newTTLCache(time.Minute, time.Minute, clock.Now)
+		c := newTTLCache(time.Minute, time.Minute, clock.Now, 0)
 		listed := c.begin() // a listing is asked for ...
 		v1 := Entry{Kind: File, Obj: bucket.Object{Name: "d/g", Version: "1"}, Seq: listed}
 		c.put("d/g", Entry{Kind: File, Obj: bucket.Object{Name: "d/g", Version: "2"}}) // ... a Stat sees v2 ...
 		c.put("d/h", Entry{Kind: File, Obj: bucket.Object{Name: "d/h", Version: "1"}}) // ... and a new file ...
 		clock.Advance(30 * time.Second)
-		c.putListing("d", []DirEntry{{Name: "g", Entry: v1}}, listed) // ... then the listing lands
+		putEntries(t, c, "d", []DirEntry{{Name: "g", Entry: v1}}, listed) // ... then the listing lands
 		e, ok := c.lookup("d/g")
 		require.True(t, ok)
 		assert.Equal(t, "2", e.Obj.Version)
@@ -132,8 +132,8 @@ func TestMetaCacheTTL(t *testing.T) {
 // expired (but is not swept) must not pile up tombstones.
 func TestTombstonesAreSwept(t *testing.T) {
 	clock := newFakeClock()
-	c := newTTLCache(time.Minute, 0, clock.Now)
-	c.putListing("d", []DirEntry{{Name: "a", Entry: Entry{Kind: File}}}, c.begin())
+	c := newTTLCache(time.Minute, 0, clock.Now, 0)
+	putEntries(t, c, "d", []DirEntry{{Name: "a", Entry: Entry{Kind: File}}}, c.begin())
 	clock.Advance(2 * time.Minute) // listing expired
 	for i := 0; i < 200_000; i++ {
 		c.put(fmt.Sprintf("d/missing-%d", i), Entry{Kind: None, Seq: c.begin()})
@@ -149,7 +149,7 @@ func TestTombstonesAreSwept(t *testing.T) {
 // request in flight predates (they must cost nothing).
 func benchPut(b *testing.B, floors int) {
 	clock := newFakeClock()
-	c := newTTLCache(time.Minute, time.Minute, clock.Now)
+	c := newTTLCache(time.Minute, time.Minute, clock.Now, 0)
 	for i := 0; i < floors; i++ {
 		c.invalidate(fmt.Sprintf("datasets/train/shard-%05d/part-%05d.tar", i, i))
 	}
@@ -177,8 +177,8 @@ func TestListingNegativeAnswersFollowNegativeTTL(t *testing.T) {
 		{negTTL: 0},
 	} {
 		clock := newFakeClock()
-		c := newTTLCache(-1, tc.negTTL, clock.Now)
-		c.putListing("d", []DirEntry{{Name: "f", Entry: file}}, c.begin())
+		c := newTTLCache(-1, tc.negTTL, clock.Now, 0)
+		putEntries(t, c, "d", []DirEntry{{Name: "f", Entry: file}}, c.begin())
 		e, ok := c.lookup("d/new")
 		assert.Equal(t, tc.negTTL != 0, ok, "negative TTL %v, at once", tc.negTTL)
 		assert.Equal(t, None, e.Kind)
@@ -197,10 +197,10 @@ func TestListingNegativeAnswersFollowNegativeTTL(t *testing.T) {
 // for its other names, and keeps the old answer as the newest known.
 func TestStaleName(t *testing.T) {
 	clock := newFakeClock()
-	c := newTTLCache(-1, -1, clock.Now)
+	c := newTTLCache(-1, -1, clock.Now, 0)
 	v1 := Entry{Kind: File, Obj: bucket.Object{Name: "d/f", Version: "1"}}
 	g := Entry{Kind: File, Obj: bucket.Object{Name: "d/g", Version: "1"}}
-	c.putListing("d", []DirEntry{{Name: "f", Entry: v1}, {Name: "g", Entry: g}}, c.begin())
+	putEntries(t, c, "d", []DirEntry{{Name: "f", Entry: v1}, {Name: "g", Entry: g}}, c.begin())
 	c.stale("d/f")
 	_, ok := c.lookup("d/f")
 	assert.False(t, ok, "asks the store again")
@@ -220,4 +220,12 @@ func TestStaleName(t *testing.T) {
 	c.stale("x/unknown")
 	_, ok = c.newest("x/unknown", 0)
 	assert.False(t, ok, "nothing known, nothing kept")
+}
+
+// putEntries caches a listing of dir made of entries, begun at seq.
+func putEntries(t *testing.T, c *ttlCache, dir string, entries []DirEntry, seq uint64) {
+	t.Helper()
+	l, ok := newListing(dir, entries, seq)
+	require.True(t, ok)
+	c.putListing(l)
 }

@@ -11,42 +11,68 @@ import (
 // Lister reads one directory's listing page by page, as a reader of the
 // directory goes further, and keeps what it read: an index handed out
 // once always means the same entry. Once the last page is read the
-// listing is cached (when the TTL allows). A Lister is not safe for
-// concurrent use: its owner serialises NextPage and reads of its fields.
+// listing is packed (Listing) and cached (when the TTL and the memory
+// limit allow). A Lister is not safe for concurrent use: its owner
+// serialises NextPage and reads of its fields.
 type Lister struct {
 	// Path is the directory, "" for the root.
 	Path string
-	// Entries read so far, in listing order.
-	Entries []DirEntry
 	// Complete: every page has been read.
 	Complete bool
 
-	index   map[string]int // name -> position in Entries
+	done    *Listing       // once complete, unless it could not be packed
+	entries []DirEntry     // read so far, in listing order, until packed
+	index   map[string]int // name -> position in entries
 	token   string         // continuation of the next page
 	lastKey string         // greatest object name or prefix listed so far
 	seq     uint64         // when the first page was asked for, 0 before
 }
 
 // NewLister starts a listing of dir: complete at once from a fresh cached
-// listing (whose entries it shares), else empty, to be read by NextPage.
+// listing (which it shares), else empty, to be read by NextPage.
 func (c *Cache) NewLister(dir string) *Lister {
-	l := &Lister{Path: dir, index: make(map[string]int)}
+	l := &Lister{Path: dir}
 	if cached, ok := c.cache.listing(dir); ok {
-		l.Entries = cached.entries // shared, never modified: a complete Lister appends nothing
-		l.Complete = true
+		l.done, l.Complete = cached, true
+	} else {
+		l.index = make(map[string]int)
 	}
 	return l
 }
 
 // Seq orders the listing's answers against other requests' (Entry.Seq).
-func (l *Lister) Seq() uint64 { return l.seq }
+func (l *Lister) Seq() uint64 {
+	if l.done != nil {
+		return l.done.seq
+	}
+	return l.seq
+}
+
+// Len is the number of entries read so far.
+func (l *Lister) Len() int {
+	if l.done != nil {
+		return l.done.Len()
+	}
+	return len(l.entries)
+}
+
+// At returns entry i, i < Len().
+func (l *Lister) At(i int) DirEntry {
+	if l.done != nil {
+		return l.done.At(i)
+	}
+	return l.entries[i]
+}
 
 // Settled reports whether entry i can no longer change: a file "x" may
 // still turn into a directory while the listing has not reached "x/" (it
 // sorts after "x.txt", "x-1" and friends, possibly pages later).
 func (l *Lister) Settled(i int) bool {
-	e := l.Entries[i]
-	return l.Complete || e.Kind == Dir || l.lastKey >= DirPrefix(l.Path)+e.Name+"/"
+	if l.Complete {
+		return true
+	}
+	e := &l.entries[i]
+	return e.Kind == Dir || l.lastKey >= DirPrefix(l.Path)+e.Name+"/"
 }
 
 // NextPage appends the next page of the listing to l.Entries. Names that
@@ -75,9 +101,10 @@ func (c *Cache) NextPage(ctx context.Context, l *Lister) error {
 	l.token = page.ContinuationToken
 	if l.token == "" {
 		l.Complete = true
-		// The cache owns its copy; the Lister appends nothing more but
-		// may still be read.
-		c.cache.putListing(l.Path, append([]DirEntry(nil), l.Entries...), l.seq)
+		if done, ok := newListing(l.Path, l.entries, l.seq); ok {
+			l.done, l.entries, l.index = done, nil, nil
+			c.cache.putListing(done)
+		}
 	}
 	return nil
 }
@@ -123,12 +150,12 @@ func (l *Lister) add(page []DirEntry) {
 		i, seen := l.index[e.Name]
 		switch {
 		case !seen:
-			l.index[e.Name] = len(l.Entries)
-			l.Entries = append(l.Entries, e)
-		case e.Kind == Dir && l.Entries[i].Kind != Dir:
+			l.index[e.Name] = len(l.entries)
+			l.entries = append(l.entries, e)
+		case e.Kind == Dir && l.entries[i].Kind != Dir:
 			// A file and a directory of the same name on different pages:
 			// the directory wins, in place so indices stay stable.
-			l.Entries[i] = e
+			l.entries[i] = e
 		}
 	}
 }

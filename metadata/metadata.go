@@ -29,6 +29,9 @@ import (
 	"ferry/bucket"
 )
 
+// ErrInvalid is a configuration error (New).
+var ErrInvalid = errors.New("invalid argument")
+
 // Config is what a Cache needs.
 type Config struct {
 	// Bucket is listed and stat'ed. Required.
@@ -44,10 +47,14 @@ type Config struct {
 	// 0 is 3, -1 never. Nothing is listed in the background when TTL is
 	// 0 (there is nowhere to keep the listing).
 	ListAfterMisses int
+	// MemoryLimit bounds the bytes of the names and listings kept, with
+	// what Charge adds (budget.go); 0 is no bound.
+	MemoryLimit int64
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Registerer receives the metrics (ferry_fs_hidden_names_total,
-	// ferry_fs_stale_metadata_total) when set.
+	// ferry_fs_stale_metadata_total, ferry_metadata_bytes,
+	// ferry_metadata_evictions_total) when set.
 	Registerer prometheus.Registerer
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
@@ -89,6 +96,9 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Bucket == nil {
 		return nil, errors.New("metadata: Config.Bucket is required")
 	}
+	if cfg.MemoryLimit < 0 {
+		return nil, fmt.Errorf("metadata: memory limit %d: %w", cfg.MemoryLimit, ErrInvalid)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -102,7 +112,7 @@ func New(cfg Config) (*Cache, error) {
 		ttl:      cfg.TTL,
 		negTTL:   cfg.NegativeTTL,
 		pageSize: cfg.PageSize,
-		cache:    newTTLCache(cfg.TTL, cfg.NegativeTTL, cfg.Now),
+		cache:    newTTLCache(cfg.TTL, cfg.NegativeTTL, cfg.Now, cfg.MemoryLimit),
 	}
 	c.prefetch = newPrefetcher(c, cfg.ListAfterMisses)
 	if cfg.Registerer != nil {
@@ -129,13 +139,44 @@ func (c *Cache) register(reg prometheus.Registerer) error {
 		Name: "ferry_fs_stale_metadata_total",
 		Help: "Names answered from expired metadata because the store could not be reached.",
 	}, func() float64 { return float64(c.outage.staleServed.Load()) })
-	for _, m := range []prometheus.Collector{c.hiddenMetric, stale} {
+	bytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_metadata_bytes",
+		Help: "Bytes of metadata held (names, listings, and the kernel's inodes), against --metadata-limit.",
+	}, func() float64 { return float64(c.Bytes()) })
+	evicted := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ferry_metadata_evictions_total",
+		Help: "Cached names and listings dropped to stay within --metadata-limit.",
+	}, func() float64 { return float64(c.Evictions()) })
+	for _, m := range []prometheus.Collector{c.hiddenMetric, stale, bytes, evicted} {
 		if err := reg.Register(m); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// Charge adds n (negative to release) to the bytes held for names this
+// cache answered but others keep (fs's inodes): they count against the
+// memory limit, and the cache shrinks to leave them room.
+func (c *Cache) Charge(n int64) { c.cache.budget.external.Add(n) }
+
+// Bytes is about the memory the metadata holds: the cache's entries and
+// listings, and what Charge added.
+func (c *Cache) Bytes() int64 {
+	c.cache.mu.Lock()
+	defer c.cache.mu.Unlock()
+	return c.cache.budget.used + c.cache.budget.external.Load()
+}
+
+// Evictions counts the entries and listings dropped for the memory limit.
+func (c *Cache) Evictions() uint64 {
+	c.cache.mu.Lock()
+	defer c.cache.mu.Unlock()
+	return c.cache.budget.evicted
+}
+
+// MemoryLimit is the bound given in Config.
+func (c *Cache) MemoryLimit() int64 { return c.cache.budget.limit }
 
 // Close stops the background listings and waits for them.
 func (c *Cache) Close() { c.prefetch.stop() }

@@ -210,14 +210,14 @@ func TestListerPages(t *testing.T) {
 	}
 	assert.Greater(t, pages, 2)
 	var names []string
-	for i, e := range l.Entries {
-		names = append(names, e.Name)
+	for i := range l.Len() {
+		names = append(names, l.At(i).Name)
 		assert.True(t, l.Settled(i))
 	}
 	assert.Len(t, names, 13, "%v", names)
 	assert.Equal(t, "f00", names[0])
 	assert.Equal(t, "x", names[12])
-	assert.Equal(t, Dir, l.Entries[12].Kind, "the directory wins")
+	assert.Equal(t, Dir, l.At(12).Kind, "the directory wins")
 	assert.Equal(t, uint64(1), c.Hidden())
 
 	cached, ok := c.Listing("d")

@@ -332,23 +332,30 @@ func (fl *Files) atEnd(path string) {
 // Directories do not count (and may sit out of order between a listing's
 // pages, files never do).
 func nextFile(l *metadata.Listing, last lastOpens) (name string, obj bucket.Object, ok bool) {
-	var p2, p1 string // the two files before entry i in the listing
-	found := false
-	for i := range l.Len() {
-		n, o, isFile := l.Entry(i)
-		if !isFile {
-			continue
+	i, found := l.Index(last.cur)
+	if !found || !l.IsFile(i) {
+		return "", bucket.Object{}, false
+	}
+	// fileBefore is the index of the last file before entry j, or -1.
+	fileBefore := func(j int) int {
+		for j--; j >= 0 && !l.IsFile(j); j-- {
 		}
-		if found {
-			return n, o, true
+		return j
+	}
+	var p2, p1 string // the two files before it
+	if j := fileBefore(i); j >= 0 {
+		p1 = l.Name(j)
+		if j = fileBefore(j); j >= 0 {
+			p2 = l.Name(j)
 		}
-		if n == last.cur {
-			if p1 != last.prev || p2 != last.before {
-				return "", bucket.Object{}, false
-			}
-			found = true
+	}
+	if p1 != last.prev || p2 != last.before {
+		return "", bucket.Object{}, false
+	}
+	for j := i + 1; j < l.Len(); j++ {
+		if l.IsFile(j) {
+			return l.Entry(j)
 		}
-		p2, p1 = p1, n
 	}
 	return "", bucket.Object{}, false
 }
