@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,21 +18,29 @@ import (
 // control socket and prints one sample of what the mount did meanwhile.
 func TestStatsJSON(t *testing.T) {
 	s := newStore(t, "gcs")
-	s.put(t, "big", content("big", 16<<20))
+	const files = 6
+	for i := range files {
+		s.put(t, fmt.Sprintf("big%d", i), content("big", 16<<20))
+	}
 	m := mount(t, s, "--cache-dir", t.TempDir(), "--memory-limit", "256MiB")
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { // keeps reading (from the store, then the cache) while stats samples
+	go func() {
+		// Keeps reading while stats samples: from the store first, once
+		// stats has taken its first sample (a file read whole before
+		// that would make no store request in the sample), then from
+		// the cache.
 		defer wg.Done()
-		for {
+		time.Sleep(300 * time.Millisecond)
+		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			_, _ = os.ReadFile(filepath.Join(m.dir, "big"))
+			_, _ = os.ReadFile(filepath.Join(m.dir, fmt.Sprintf("big%d", i%files)))
 			dropCaches(t)
 		}
 	}()
