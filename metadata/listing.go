@@ -112,11 +112,25 @@ func (l *Listing) At(i int) DirEntry {
 	if p.kind != File {
 		return e
 	}
+	// The object's name and version are copied out of the listing's
+	// text, in one allocation: an inode or a handle keeps its object for
+	// as long as the kernel holds the name, and a substring would keep
+	// the whole listing, and every later copy of it, alive with it.
 	v := p.off + uint32(p.nameLen)
+	var b strings.Builder
+	b.Grow(len(l.dir) + 1 + len(name) + int(p.verLen))
+	if l.dir != "" {
+		b.WriteString(l.dir)
+		b.WriteByte('/')
+	}
+	b.WriteString(name)
+	nameEnd := b.Len()
+	b.WriteString(l.text[v : v+uint32(p.verLen)])
+	full := b.String()
 	e.Obj = bucket.Object{
-		Name:      ChildPath(l.dir, name),
+		Name:      full[:nameEnd],
 		Size:      p.size,
-		Version:   l.text[v : v+uint32(p.verLen)],
+		Version:   full[nameEnd:],
 		CRC32C:    p.crc,
 		HasCRC32C: p.hasCRC,
 	}
