@@ -113,6 +113,15 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// jacobsa/fuse serves from its own buffer (Dst). It also sets
 		// max_readahead to 1 MiB; ReadAheadKB raises the window later.
 		MaxPages: 256,
+		// ferry writes nothing, so the kernel may send it 4 KiB writes
+		// at most (each answered EROFS). jacobsa/fuse sizes the buffer
+		// of every request it holds at a page more than this: at the
+		// 1 MiB default, the hundred-odd requests a busy mount has in
+		// flight (lookups and forgets of a DataLoader's random opens)
+		// held over 100 MiB. A buffer of 8 KiB is the least the kernel
+		// takes, and holds any request but a write: names are at most
+		// 255 bytes, and a batch of forgets fills what there is.
+		MaxWrite: 4096,
 		// Files held whole in the disk cache are read by the kernel from
 		// the cache file (passthrough.go), when it can.
 		EnablePassthrough: fsys.pt.on,
