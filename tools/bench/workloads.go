@@ -9,13 +9,14 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"ferry/bucket"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"ferry/bucket"
 
 	"ferry/tools/bench/dataset"
 	"ferry/tools/bench/mlperf"
@@ -53,6 +54,9 @@ func datasetSpec(o Options) dataset.Spec {
 	}
 	if need["small"] || need["walk"] || need["ls-lr"] {
 		s.Groups = append(s.Groups, dataset.Group{Dir: "small", Count: o.SmallFiles, Size: o.SmallSize})
+	}
+	if need["aio"] {
+		s.Groups = append(s.Groups, dataset.Group{Dir: aioDir, Count: 1, Size: aioSize})
 	}
 	ml := mlperfWorkloads(o.MLPerfScale)
 	for _, name := range []string{"unet3d", "resnet50", "cosmoflow"} {
@@ -199,6 +203,8 @@ func buildWorkloads(o Options, spec dataset.Spec, link netem.Link) []Workload {
 				},
 				Check: func(root string) error { return checkRanges(spec, root, files, sizes, 4, 1<<20, o.Seed+3) },
 			})
+		case "aio":
+			ws = append(ws, aioWorkloads(o, spec, lim)...)
 		}
 	}
 	return ws
