@@ -101,6 +101,12 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// Several reads of one file in flight at once: readahead and the
 		// application's read overlap instead of alternating.
 		EnableAsyncReads: true,
+		// A direct-I/O read (O_DIRECT, or a handle ferry opened direct)
+		// is split into requests sent at once, and one thread's libaio
+		// or io_uring submissions do not wait for each other's replies:
+		// without it the kernel sends them one round trip at a time
+		// (issue 32: 28 IOPS against 419 for 16 threads).
+		EnableAsyncDIO: true,
 		// Lookups and readdirs of one directory in parallel (a data loader
 		// opening thousands of files in one directory).
 		EnableParallelDirOps: true,
