@@ -35,16 +35,18 @@ const (
 	aioDepth = 16
 )
 
-// aioShape is one way fio reads.
+// aioShape is one way fio reads: jobs threads (processes), each with
+// depth reads in flight through engine.
 type aioShape struct {
-	name string
-	args []string
+	name        string
+	engine      string
+	depth, jobs int
 }
 
 var aioShapes = []aioShape{
-	{"aio-libaio", []string{"--ioengine=libaio", fmt.Sprintf("--iodepth=%d", aioDepth), "--numjobs=1"}},
-	{"aio-uring", []string{"--ioengine=io_uring", fmt.Sprintf("--iodepth=%d", aioDepth), "--numjobs=1"}},
-	{fmt.Sprintf("aio-psync-%d", aioDepth), []string{"--ioengine=psync", "--iodepth=1", fmt.Sprintf("--numjobs=%d", aioDepth)}},
+	{name: "aio-libaio", engine: "libaio", depth: aioDepth, jobs: 1},
+	{name: "aio-uring", engine: "io_uring", depth: aioDepth, jobs: 1},
+	{name: fmt.Sprintf("aio-psync-%d", aioDepth), engine: "psync", depth: 1, jobs: aioDepth},
 }
 
 // isAIO reports whether a workload is one of the aio shapes.
@@ -118,17 +120,14 @@ const aioRuntime = 30 * time.Second
 // each job reads its share of the file, the jobs together the whole of
 // it, or as much as aioRuntime allows.
 func runFio(ctx context.Context, path string, size int64, s aioShape) (Row, error) {
-	jobs := 1
-	if s.name == aioShapes[2].name {
-		jobs = aioDepth
-	}
-	args := append([]string{
+	args := []string{
 		"--name=" + s.name, "--filename=" + path, "--readonly", "--rw=randread",
 		fmt.Sprintf("--bs=%d", aioBlock), "--direct=1", fmt.Sprintf("--size=%d", size),
-		fmt.Sprintf("--io_size=%d", size/int64(jobs)/aioBlock*aioBlock),
+		"--ioengine=" + s.engine, fmt.Sprintf("--iodepth=%d", s.depth), fmt.Sprintf("--numjobs=%d", s.jobs),
+		fmt.Sprintf("--io_size=%d", size/int64(s.jobs)/aioBlock*aioBlock),
 		fmt.Sprintf("--runtime=%d", int(aioRuntime.Seconds())),
 		"--group_reporting", "--output-format=json",
-	}, s.args...)
+	}
 	out, err := exec.CommandContext(ctx, "fio", args...).Output()
 	if err != nil {
 		var ee *exec.ExitError
