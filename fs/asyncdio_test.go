@@ -82,7 +82,8 @@ func mountDirectKind(t *testing.T, b *testBucket, kind string) (dir string, open
 // One thread submits 16 O_DIRECT reads of 128 KiB at once (libaio): the
 // store sees all 16 in flight together, where a kernel without async
 // direct I/O sends them one after the other, and each read gets its
-// bytes.
+// bytes. So does one O_DIRECT read larger than a FUSE request, of a file
+// opened for the page cache.
 func TestOneThreadManyDirectReadsInFlight(t *testing.T) {
 	const n, block = 16, 128 << 10
 	for _, kind := range directKinds {
@@ -109,6 +110,26 @@ func TestOneThreadManyDirectReadsInFlight(t *testing.T) {
 			}
 			assert.EqualValues(t, n, b.Stats().Reads, "store reads")
 			assert.Equal(t, n, held.peak(), "store reads in flight at once")
+
+			if kind != directKinds[0] {
+				// The kernel sends a synchronous read of a file opened
+				// FOPEN_DIRECT_IO in parts, one after another, whatever
+				// FUSE_ASYNC_DIO says (fuse_direct_read_iter).
+				return
+			}
+			// One synchronous O_DIRECT read of 4 MiB: four FUSE reads of
+			// 1 MiB, sent together.
+			held = newInFlight(4, 2*time.Second)
+			b.SetFaults(held.faults())
+			b.ResetStats()
+			buf, err := unix.Mmap(-1, 0, len(data), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+			require.NoError(t, err)
+			defer unix.Munmap(buf)
+			m, err := unix.Pread(int(f.Fd()), buf, 0)
+			require.NoError(t, err)
+			require.Equal(t, data, buf[:m])
+			assert.EqualValues(t, 4, b.Stats().Reads, "store reads")
+			assert.Equal(t, 4, held.peak(), "store reads in flight at once")
 		})
 	}
 }
