@@ -601,10 +601,12 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 				cached = append(cached, w)
 			}
 		}
-		if o.Command == "demo" {
+		switch {
+		case len(cached) == 0:
+		case o.Command == "demo":
 			// Epochs: the whole dataset on one mount, as a training job reads it.
 			err = b.runFerry(ctx, [][]Workload{cached})
-		} else {
+		default:
 			groups := make([][]Workload, len(cached))
 			for i, w := range cached {
 				groups[i] = []Workload{w}

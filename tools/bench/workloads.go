@@ -5,19 +5,17 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"sync/atomic"
-
-	"golang.org/x/sync/errgroup"
-
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"ferry/bucket"
+	"golang.org/x/sync/errgroup"
 
+	"ferry/bucket"
 	"ferry/tools/bench/dataset"
 	"ferry/tools/bench/mlperf"
 	"ferry/tools/bench/netem"
