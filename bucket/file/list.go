@@ -196,7 +196,7 @@ func (w *walker) sorted(key snapKey, dir string, dirInfo fs.FileInfo, dirs []str
 	if err != nil {
 		return nil, mapErr(w.ctx, "list", dir, err)
 	}
-	des, err := f.ReadDir(-1)
+	des, err := w.b.readDir(f, key.real)
 	f.Close()
 	w.b.dirReads.Add(1)
 	if err != nil {
@@ -228,14 +228,14 @@ func (w *walker) sorted(key snapKey, dir string, dirInfo fs.FileInfo, dirs []str
 // objects or prefixes: regular files and directories, directly or through
 // symbolic links. Links that are hidden are counted; devices, sockets and
 // FIFOs are not objects.
-func (w *walker) entries(dir, real, partial string, des []fs.DirEntry, dirs []string) ([]entry, error) {
+func (w *walker) entries(dir, real, partial string, des []dirent, dirs []string) ([]entry, error) {
 	out := make([]entry, 0, len(des))
 	for _, de := range des {
-		n := de.Name()
+		n := de.name
 		if !strings.HasPrefix(n, partial) || strings.HasPrefix(n, tempPrefix) {
 			continue
 		}
-		link, t := "", de.Type()
+		link, t := "", de.typ
 		if t&fs.ModeSymlink != 0 {
 			r := resolver{b: w.b}
 			target, fi, err := r.step(real, n)
