@@ -39,6 +39,9 @@ type ScaleOptions struct {
 	Out       string   `json:"out,omitempty"`
 	FerryBin  string   `json:"ferry_bin,omitempty"`
 	FerryArgs []string `json:"ferry_args,omitempty"`
+	// Render re-renders the report of results.json at this path (no
+	// measuring): the figures are kept, the targets checked again.
+	Render string `json:"-"`
 	// KeepData leaves the generated trees for the next run (the default;
 	// --keep-data=false removes them at the end).
 	KeepData bool `json:"keep_data"`
@@ -65,6 +68,7 @@ func parseScaleArgs(args []string, stderr io.Writer) (ScaleOptions, error) {
 	fs.StringVar(&o.WorkDir, "work-dir", o.WorkDir, "scratch: ferry caches, mount points, logs, the emulator's objects")
 	fs.StringVar(&o.Out, "out", "", "write README.md, results.json and files-per-second.svg to this directory")
 	fs.StringVar(&o.FerryBin, "ferry-bin", "", "use this ferry binary instead of building one")
+	fs.StringVar(&o.Render, "render", "", "re-render the results.json at this path into --out (or stdout), measuring nothing")
 	ferryArgs := fs.String("ferry-args", "", "extra flags for ferry (after --metadata-ttl -1)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

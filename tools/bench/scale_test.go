@@ -250,6 +250,7 @@ func TestScaleReportWrites(t *testing.T) {
 		}
 		rep.Rows = append(rep.Rows, ScaleRow{Files: n, Source: SrcLocal, Phase: PhaseLocal, Pass: PassRead, Seconds: 0.5})
 	}
+	rep.derive()
 	dir := t.TempDir()
 	var out bytes.Buffer
 	require.NoError(t, rep.write(&out, dir))
@@ -259,6 +260,16 @@ func TestScaleReportWrites(t *testing.T) {
 		assert.Positive(t, st.Size(), name)
 	}
 	assert.Contains(t, out.String(), "| 2K | 4000 | 2000 | 2000 | 2000 |")
+	// --render: the same figures, the targets checked again.
+	again := t.TempDir()
+	out.Reset()
+	require.NoError(t, renderScale(context.Background(), ScaleOptions{Render: filepath.Join(dir, "results.json"), Out: again}, nil, &out, nil))
+	a, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(again, "README.md"))
+	require.NoError(t, err)
+	assert.Equal(t, string(a), string(b))
+	assert.Contains(t, out.String(), "| warm read / local disk at 2K | 50% (2000 / 4000 files/s) |")
 	phases, pts := rep.scaleCurves()
 	assert.Equal(t, []string{PhaseLocal, PhaseCold, PhaseWarm, PhaseRemount}, phases)
 	assert.Len(t, pts[PhaseCold], 2)
