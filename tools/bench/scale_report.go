@@ -141,7 +141,7 @@ func (rep *ScaleReport) derive() {
 			if okA && okB {
 				v := ratio(a.FilesPerSecond(), b.FilesPerSecond())
 				rep.target(fmt.Sprintf("%s read files/s at %s / at %s", ph, countLabel(hi), countLabel(lo)), ">= 90%",
-					fmt.Sprintf("%.0f%% (%.0f / %.0f)", 100*v, a.FilesPerSecond(), b.FilesPerSecond()), v >= 0.9)
+					fmt.Sprintf("%.1f%% (%.0f / %.0f)", 100*v, a.FilesPerSecond(), b.FilesPerSecond()), v >= 0.9)
 			}
 		}
 	}

@@ -228,7 +228,7 @@ func TestScaleTargets(t *testing.T) {
 	}
 	require.Len(t, rep.Targets, 9)
 	assert.True(t, got["cold read files/s at 100K / at 10K"].Met, "90% is enough")
-	assert.Contains(t, got["cold read files/s at 100K / at 10K"].Got, "90%")
+	assert.Contains(t, got["cold read files/s at 100K / at 10K"].Got, "90.0%")
 	assert.False(t, got["warm read files/s at 100K / at 10K"].Met, "75%; the failed row is not the warm row")
 	assert.True(t, got["remount read files/s at 100K / at 10K"].Met)
 	assert.True(t, got["warm read / local disk at 100K"].Met)
