@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -273,4 +278,34 @@ func TestScaleReportWrites(t *testing.T) {
 	phases, pts := rep.scaleCurves()
 	assert.Equal(t, []string{PhaseLocal, PhaseCold, PhaseWarm, PhaseRemount}, phases)
 	assert.Len(t, pts[PhaseCold], 2)
+}
+
+// TestWatchMetrics serves a heap that rises then falls and checks that
+// the watch keeps the highest value and the last inode count.
+func TestWatchMetrics(t *testing.T) {
+	var mu sync.Mutex
+	heaps := []int{100, 300, 200}
+	served := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		h := heaps[min(served, len(heaps)-1)]
+		served++
+		fmt.Fprintf(w, "%s %d\n%s{source=\"x\"} %d\n", metricHeap, h, metricInodes, served)
+	}))
+	defer srv.Close()
+	p := watchMetrics(srv.URL, time.Millisecond)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return served >= 3
+	}, 5*time.Second, time.Millisecond)
+	got := p.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, int64(300), got.heap, "the peak, not the last")
+	assert.Equal(t, int64(served), got.inodes, "the last sample, taken at stop")
+
+	none := watchMetrics("", time.Millisecond).stop()
+	assert.Zero(t, none.heap, "no metrics address: nothing scraped")
 }
