@@ -306,6 +306,21 @@ func TestWatchMetrics(t *testing.T) {
 	assert.Equal(t, int64(300), got.heap, "the peak, not the last")
 	assert.Equal(t, int64(served), got.inodes, "the last sample, taken at stop")
 
+	// A slow watch samples once at the start and once at stop: the pass's
+	// end is never missed.
+	p = watchMetrics(srv.URL, time.Hour)
+	before := served
+	mu.Unlock()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return served == before+1
+	}, 5*time.Second, time.Millisecond)
+	got = p.stop()
+	mu.Lock()
+	assert.Equal(t, before+2, served)
+	assert.Equal(t, int64(before+2), got.inodes)
+
 	none := watchMetrics("", time.Millisecond).stop()
 	assert.Zero(t, none.heap, "no metrics address: nothing scraped")
 }
