@@ -31,8 +31,12 @@ import (
 const (
 	PassFind = "find"
 	PassLsLR = "ls -lR"
-	PassRead = "read"   // every file whole, shuffled, --readers at once
-	PassLsL  = "ls -l"  // the flat directory
+	PassRead = "read"  // every file whole, shuffled, --readers at once
+	PassLsL  = "ls -l" // the flat directory
+)
+
+// Sources of `bench scale`'s rows: what was read, and how.
+const (
 	SrcLocal = "local"  // the tree on local disk, no ferry
 	SrcFile  = "file"   // ferry on file://
 	SrcGCS   = "gcs"    // ferry on the GCS emulator behind the emulated link
