@@ -91,7 +91,10 @@ func runScale(ctx context.Context, o ScaleOptions, argv []string, stdout, stderr
 		}
 	}
 	s.report.Machine, s.report.FerryTree = describeMachine(o.WorkDir), ferryTree(ctx)
-	trees, note := o.trees(s.freeForTrees())
+	trees, note, err := o.trees(s.freeForTrees())
+	if err != nil {
+		return err
+	}
 	if note != "" {
 		s.logf("%s", note)
 		s.report.Notes = append(s.report.Notes, note)

@@ -173,29 +173,34 @@ func (o ScaleOptions) memoryLimit() (int64, error) {
 
 // trees are the datasets of the run, smallest first, with sizes resolved
 // (tiny or not): free is the bytes free under --data-dir and --work-dir.
-func (o ScaleOptions) trees(free int64) (ts []Tree, note string) {
+// --sizes imagenet on a disk too small for it is an error before
+// anything is written.
+func (o ScaleOptions) trees(free int64) (ts []Tree, note string, err error) {
+	var need, largest int64
+	for _, n := range o.Files {
+		b := Tree{Files: n, Dirs: o.Dirs, Seed: o.Seed}.estimateBytes()
+		need += b
+		largest = max(largest, b)
+	}
+	// The trees, a cache holding the largest, and room to spare.
+	need += largest + spareDisk
 	var tiny int64
-	switch o.Sizes {
-	case SizesTiny:
+	switch {
+	case o.Sizes == SizesTiny:
 		tiny = o.TinySize
-	case SizesAuto:
-		var need, largest int64
-		for _, n := range o.Files {
-			b := Tree{Files: n, Dirs: o.Dirs, Seed: o.Seed}.estimateBytes()
-			need += b
-			largest = max(largest, b)
-		}
-		// The trees, a cache holding the largest, and room to spare.
-		if need+largest+spareDisk > free {
-			tiny = o.TinySize
-			note = fmt.Sprintf("ImageNet-sized files would need %.0f GiB (every tree and a cache of the largest) and %.0f GiB are free: every tree uses files of %d B (--sizes auto).",
-				float64(need+largest+spareDisk)/(1<<30), float64(free)/(1<<30), o.TinySize)
-		}
+	case need <= free:
+	case o.Sizes == SizesAuto:
+		tiny = o.TinySize
+		note = fmt.Sprintf("ImageNet-sized files would need %.0f GiB (every tree, a cache of the largest and 10 GiB spare) and %.0f GiB are free: every tree uses files of %d B (--sizes auto).",
+			float64(need)/(1<<30), float64(free)/(1<<30), o.TinySize)
+	default:
+		return nil, "", fmt.Errorf("--sizes imagenet: the trees, a cache of the largest and 10 GiB spare need %.0f GiB and %.0f GiB are free under --data-dir; use --sizes tiny or fewer files",
+			float64(need)/(1<<30), float64(free)/(1<<30))
 	}
 	for _, n := range o.Files {
 		ts = append(ts, Tree{Root: "train", Files: n, Dirs: o.Dirs, Tiny: tiny, Seed: o.Seed})
 	}
-	return ts, note
+	return ts, note, nil
 }
 
 // spareDisk is what --sizes auto leaves free.

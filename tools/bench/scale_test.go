@@ -169,25 +169,35 @@ func TestTreeGenerate(t *testing.T) {
 
 func TestScaleTreesAutoSizes(t *testing.T) {
 	o := ScaleOptions{Files: []int{10_000, 100_000}, Dirs: 1000, Sizes: SizesAuto, TinySize: 512, Seed: 1}
-	ts, note := o.trees(80 << 30) // 11 + 1.1 + 11 GiB and 10 to spare fit
+	ts, note, err := o.trees(80 << 30) // 11 + 1.1 + 11 GiB and 10 to spare fit
+	require.NoError(t, err)
 	require.Len(t, ts, 2)
 	assert.Empty(t, note)
 	assert.Zero(t, ts[1].Tiny)
 	assert.Equal(t, 100_000, ts[1].Files)
 
-	ts, note = o.trees(30 << 30) // the trees fit, but not with a cache of the largest and room to spare
+	ts, note, _ = o.trees(30 << 30) // the trees fit, but not with a cache of the largest and room to spare
 	assert.Equal(t, int64(512), ts[1].Tiny)
 	assert.NotEmpty(t, note)
 
 	o.Files = []int{10_000, 100_000, imagenetFiles}
-	ts, note = o.trees(80 << 30) // 140 GiB of ImageNet does not
+	ts, note, _ = o.trees(80 << 30) // 140 GiB of ImageNet does not
 	assert.Equal(t, int64(512), ts[0].Tiny, "one size for the whole curve")
 	assert.Equal(t, int64(512), ts[2].Tiny)
 	assert.Contains(t, note, "512 B")
 
 	o.Sizes = SizesImageNet
-	ts, _ = o.trees(0)
-	assert.Zero(t, ts[2].Tiny, "asked for, so given")
+	ts, _, err = o.trees(300 << 30)
+	require.NoError(t, err)
+	assert.Zero(t, ts[2].Tiny, "asked for, and it fits")
+	_, _, err = o.trees(80 << 30)
+	assert.ErrorContains(t, err, "--sizes tiny", "asked for, but it does not fit: an error before writing anything")
+
+	o.Sizes = SizesTiny
+	ts, note, err = o.trees(200 << 30)
+	require.NoError(t, err)
+	assert.Equal(t, int64(512), ts[0].Tiny, "asked for")
+	assert.Empty(t, note)
 }
 
 func TestParseMetrics(t *testing.T) {
