@@ -46,6 +46,9 @@ type Mount struct {
 	Dir string
 	Pid int
 	Log string
+	// Metrics is ferry's /metrics URL, when the caller gave it a
+	// --metrics-addr.
+	Metrics string
 
 	cmd     *exec.Cmd
 	done    chan struct{}

@@ -7,6 +7,7 @@
 //	go run ./tools/bench run --target-dir /mnt/other   # another file system, same data
 //	go run ./tools/bench generate --data-dir DIR       # the dataset, to upload elsewhere
 //	go run ./tools/bench cluster --out docs/bench/cluster # N nodes through a SeaweedFS tier (cluster.go)
+//	go run ./tools/bench scale --out docs/bench/scale     # 10K to 1.28M files: memory, per-file cost, restart (scale.go)
 //
 // The store is a real emulator (versitygw or fake-gcs-server) run as a
 // child process behind netem's shaping proxy; ferry is built from this
@@ -30,15 +31,19 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "cluster" {
+	if len(os.Args) > 1 && (os.Args[1] == "cluster" || os.Args[1] == "scale") {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-		code := clusterMain(ctx, os.Args, os.Stdout, os.Stderr)
+		sub := clusterMain
+		if os.Args[1] == "scale" {
+			sub = scaleMain
+		}
+		code := sub(ctx, os.Args, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
 	opts, err := parseArgs(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "usage: bench demo|run|generate|cluster [flags]; bench run -h (bench cluster -h) lists the flags")
+		fmt.Fprintln(os.Stderr, "usage: bench demo|run|generate|cluster|scale [flags]; bench run -h (bench cluster -h, bench scale -h) lists the flags")
 		os.Exit(0)
 	}
 	if err != nil {

@@ -320,3 +320,90 @@ func ListLong(ctx context.Context, root, dir string) (Result, error) {
 	}
 	return Result{Ops: int64(bytes.Count(out, []byte("\n"))), Elapsed: time.Since(start)}, nil
 }
+
+// Shuffled reads every file whole, in one seeded random order over all
+// of them, readers files at a time: a DataLoader's epoch over a tree of
+// small samples. Ops counts the files read.
+func Shuffled(ctx context.Context, root string, files []string, readers int, seed uint64, progress Progress) (Result, error) {
+	order := make([]int, len(files))
+	for i := range order {
+		order[i] = i
+	}
+	rand.New(rand.NewPCG(seed, 0x5eed)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var next, total, ops atomic.Int64
+	start := time.Now()
+	g, ctx := errgroup.WithContext(ctx)
+	for range max(readers, 1) {
+		g.Go(func() error {
+			buf := make([]byte, 1<<20)
+			for ctx.Err() == nil {
+				k := next.Add(1) - 1
+				if k >= int64(len(order)) {
+					return nil
+				}
+				n, err := readWhole(filepath.Join(root, files[order[k]]), buf)
+				total.Add(n)
+				if err != nil {
+					return err
+				}
+				if progress != nil {
+					progress(n)
+				}
+				ops.Add(1)
+			}
+			return ctx.Err()
+		})
+	}
+	err := g.Wait()
+	return Result{Bytes: total.Load(), Ops: ops.Load(), Elapsed: time.Since(start)}, err
+}
+
+// readWhole opens, reads to the end and closes one file.
+func readWhole(path string, buf []byte) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var n int64
+	for {
+		k, err := f.Read(buf)
+		n += int64(k)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+}
+
+// CountLines runs a command (find, ls -lR) with its output counted as it
+// streams, not kept: over a million-file tree the output alone is
+// hundreds of megabytes. Ops is the number of lines.
+func CountLines(ctx context.Context, name string, args ...string) (Result, error) {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, name, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return Result{}, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return Result{}, err
+	}
+	var lines int64
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := out.Read(buf)
+		lines += int64(bytes.Count(buf[:n], []byte("\n")))
+		if rerr != nil {
+			break
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return Result{Ops: lines, Elapsed: time.Since(start)}, fmt.Errorf("%s: %w: %s", name, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return Result{Ops: lines, Elapsed: time.Since(start)}, nil
+}

@@ -122,3 +122,27 @@ func TestListLongCountsEntries(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, r.Ops) // the "DIR:" header, "total N" and three files
 }
+
+func TestShuffledReadsEveryFileOnce(t *testing.T) {
+	root := writeTree(t)
+	files := []string{"large/a", "large/b", "small/x", "small/y", "small/z"}
+	var seen atomic.Int64
+	r, err := Shuffled(context.Background(), root, files, 3, 7, func(n int64) { seen.Add(n) })
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), r.Ops)
+	assert.Equal(t, int64(3<<20+5+1<<20+1000+4096), r.Bytes)
+	assert.Equal(t, r.Bytes, seen.Load())
+
+	_, err = Shuffled(context.Background(), root, append(files, "small/missing"), 2, 7, nil)
+	assert.Error(t, err)
+}
+
+func TestCountLinesCountsFindOutput(t *testing.T) {
+	root := writeTree(t)
+	r, err := CountLines(context.Background(), "find", root)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), r.Ops, "root, two directories, five files")
+
+	_, err = CountLines(context.Background(), "find", filepath.Join(root, "nope"))
+	assert.Error(t, err)
+}
