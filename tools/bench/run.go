@@ -594,6 +594,9 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 		}
 		err = b.runFerry(ctx, groups)
 	}
+	if err == nil && b.remote != nil && contains(o.Workloads, overCacheName) {
+		err = b.runOverCache(ctx)
+	}
 	if err == nil {
 		err = ctx.Err()
 	}

@@ -9,13 +9,14 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"ferry/bucket"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"ferry/bucket"
 
 	"ferry/tools/bench/dataset"
 	"ferry/tools/bench/mlperf"
@@ -53,6 +54,9 @@ func datasetSpec(o Options) dataset.Spec {
 	}
 	if need["small"] || need["walk"] || need["ls-lr"] {
 		s.Groups = append(s.Groups, dataset.Group{Dir: "small", Count: o.SmallFiles, Size: o.SmallSize})
+	}
+	if need[overCacheName] {
+		s.Groups = append(s.Groups, overCacheGroup(o))
 	}
 	ml := mlperfWorkloads(o.MLPerfScale)
 	for _, name := range []string{"unet3d", "resnet50", "cosmoflow"} {
