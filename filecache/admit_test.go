@@ -63,6 +63,7 @@ func TestCyclicScanKeepsAStableSubset(t *testing.T) {
 			objs := admitObjs("o", int(tc.ratio*cached))
 			rng := rand.New(rand.NewPCG(1, 2))
 			want := 0.9 / tc.ratio
+			var refused int64
 			for epoch := 1; epoch <= 5; epoch++ {
 				order := objs
 				if tc.shuffle {
@@ -76,7 +77,16 @@ func TestCyclicScanKeepsAStableSubset(t *testing.T) {
 				} else {
 					assert.GreaterOrEqual(t, got, want, "epoch %d", epoch)
 				}
-				assert.LessOrEqual(t, s.Stats().UsedBytes, int64(cached*admitSize))
+				st := s.Stats()
+				assert.LessOrEqual(t, st.UsedBytes, int64(cached*admitSize))
+				// What did not fit is refused, every epoch the same in
+				// order; shuffled, a few objects may change places.
+				if over := int64(len(objs)-cached) * admitSize; tc.shuffle {
+					assert.GreaterOrEqual(t, float64(st.RefusedBytes-refused), 0.9*float64(over), "epoch %d", epoch)
+				} else {
+					assert.Equal(t, over, st.RefusedBytes-refused, "epoch %d", epoch)
+				}
+				refused = st.RefusedBytes
 			}
 			s.checkInvariants(t)
 		})
@@ -156,6 +166,7 @@ func TestRefusedWriteStillKeepsTheFloor(t *testing.T) {
 	fresh := obj("fresh", admitSize)
 	assert.Zero(t, s.WriteBlocks(fresh, 0, blocksData(fresh, 0, admitChunk, testBS)), "a new object is not admitted over ones read twice")
 	require.NoError(t, s.flush())
+	assert.Equal(t, int64(admitChunk*testBS), s.Stats().RefusedBytes)
 	free, _, _ := statfs("")
 	assert.Equal(t, int64(minFree), free)
 	assert.Equal(t, int64(8), s.Stats().Evictions)

@@ -85,6 +85,7 @@ type Stats struct {
 	MissBlocks, MissBytes   int64 // blocks ReadBlocks did not fill (absent, evicted or corrupt)
 	WriteBlocks, WriteBytes int64 // blocks stored
 	Evictions               int64 // entries evicted (for a write admitted over them, the limit or the floor)
+	RefusedBytes            int64 // bytes writes could not store for want of room (admit.go)
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
 	WholeChecks             int64 // files WholeFile.Check read and checked whole
@@ -249,6 +250,7 @@ type Store struct {
 	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
 	writeBlocks, writeBytes                    atomic.Int64
 	evictions, corrupt, writeErrors            atomic.Int64
+	refusedBytes                               atomic.Int64
 	wholeChecks, wholeCheckedBytes             atomic.Int64
 	readChecks                                 atomic.Int64
 	splicedBlocks, splicedBytes                atomic.Int64
@@ -285,9 +287,10 @@ func (s *Store) Stats() Stats {
 		HitBlocks: s.hitBlocks.Load(), HitBytes: s.hitBytes.Load(),
 		MissBlocks: s.missBlocks.Load(), MissBytes: s.missBytes.Load(),
 		WriteBlocks: s.writeBlocks.Load(), WriteBytes: s.writeBytes.Load(),
-		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
-		WriteErrors: s.writeErrors.Load(),
-		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
+		Evictions: s.evictions.Load(), RefusedBytes: s.refusedBytes.Load(),
+		CorruptBlocks: s.corrupt.Load(),
+		WriteErrors:   s.writeErrors.Load(),
+		WholeChecks:   s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
 		ReadChecks:    s.readChecks.Load(),
 		SplicedBlocks: s.splicedBlocks.Load(), SplicedBytes: s.splicedBytes.Load(),
 		Entries: n, UsedBytes: used, LimitBytes: s.limit,

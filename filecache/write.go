@@ -119,6 +119,9 @@ func (s *Store) reserveWrite(obj Key, w *blockWrite) *entry {
 	for k > 0 && !fit(w.needs[k]) {
 		k--
 	}
+	for _, bl := range w.lens[k:] {
+		s.refusedBytes.Add(bl)
+	}
 	if k == 0 {
 		if isNew {
 			// Nothing fits: do not leave an empty entry behind.
