@@ -10,12 +10,14 @@ import "strconv"
 // each object is evicted shortly before it is read again, so what an
 // epoch finds depends only on how far the evictions ran ahead of the
 // readers. We keep LRU order for choosing the victim, but a write that
-// needs room may evict it only if its object has been referenced more
-// often, recently, than the victim (TinyLFU's admission test, with exact
-// counts instead of a sketch): on a scan every object has the same
-// count, the candidate loses the tie, and the cache keeps a stable
-// subset of the dataset. Counts age (halve) as the cache misses, so a
-// subset no longer read gives way to data read now.
+// needs room may evict it only if its object's references before this
+// one outnumber the victim's (TinyLFU's admission test, with exact
+// counts instead of a sketch). On a scan, ordered or shuffled, every
+// object is read once a pass: the candidate at best ties, loses, and the
+// cache keeps a stable subset of the dataset. Counts age (halve) as the
+// cache misses, so a subset no longer read gives way to data read now.
+// Ageing once per limit of misses costs a walk over entries and history
+// under the lock: at most a few per KiB missed, amortised.
 //
 // Time here is the bytes offered to the cache by writes (misses), not
 // the wall clock: the decisions depend on the order of reads, never on
