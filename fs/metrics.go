@@ -11,6 +11,14 @@ func (fs *fileSystem) register(reg prometheus.Registerer) error {
 		Name: "ferry_fs_inodes",
 		Help: "Inodes the kernel currently holds references to.",
 	}, func() float64 { return float64(fs.inodeCount()) })
+	forgotten := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ferry_fs_names_forgotten_total",
+		Help: "Names the kernel was asked to forget to keep the inodes within their half of --metadata-limit.",
+	}, func() float64 {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		return float64(fs.trim.trimmed)
+	})
 	ahead := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "ferry_fs_files_read_ahead_total",
 		Help: "Files opened ahead because the files before them in their directory were read in listing order.",
@@ -56,7 +64,7 @@ func (fs *fileSystem) register(reg prometheus.Registerer) error {
 		Name: "ferry_fs_interrupts_cancelled_total",
 		Help: "Requests cancelled because their caller was quitting (killed, or asked to stop with SIGINT or SIGTERM); an interrupt from another signal the caller handles lets the request finish.",
 	}, func() float64 { return float64(fs.intr.cancelled.Load()) })
-	for _, c := range []prometheus.Collector{inodes, ahead, aheadTaken, passthrough, passthroughBytes, readied, readiedBytes, spliced, direct, interrupts, interruptsCancelled} {
+	for _, c := range []prometheus.Collector{inodes, forgotten, ahead, aheadTaken, passthrough, passthroughBytes, readied, readiedBytes, spliced, direct, interrupts, interruptsCancelled} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -101,6 +101,13 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// Several reads of one file in flight at once: readahead and the
 		// application's read overlap instead of alternating.
 		EnableAsyncReads: true,
+		// One thread's O_DIRECT submissions through libaio or io_uring
+		// do not wait for each other's replies, and an O_DIRECT read
+		// larger than a FUSE request goes out as several at once:
+		// without it the kernel sends them one round trip at a time
+		// (issue 32: 28 IOPS against 419 for 16 threads;
+		// docs/notes/2026-12-02-async-dio.md).
+		EnableAsyncDIO: true,
 		// Lookups and readdirs of one directory in parallel (a data loader
 		// opening thousands of files in one directory).
 		EnableParallelDirOps: true,
@@ -113,6 +120,15 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 		// jacobsa/fuse serves from its own buffer (Dst). It also sets
 		// max_readahead to 1 MiB; ReadAheadKB raises the window later.
 		MaxPages: 256,
+		// ferry writes nothing, so the kernel may send it 4 KiB writes
+		// at most (each answered EROFS). jacobsa/fuse sizes the buffer
+		// of every request it holds at a page more than this: at the
+		// 1 MiB default, the hundred-odd requests a busy mount has in
+		// flight (lookups and forgets of a DataLoader's random opens)
+		// held over 100 MiB. A buffer of 8 KiB is the least the kernel
+		// takes, and holds any request but a write: names are at most
+		// 255 bytes, and a batch of forgets fills what there is.
+		MaxWrite: 4096,
 		// Files held whole in the disk cache are read by the kernel from
 		// the cache file (passthrough.go), when it can.
 		EnablePassthrough: fsys.pt.on,

@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -20,9 +21,8 @@ type Lister struct {
 	// Complete: every page has been read.
 	Complete bool
 
-	done    *Listing       // once complete, unless it could not be packed
-	entries []DirEntry     // read so far, in listing order, until packed
-	index   map[string]int // name -> position in entries
+	done    *Listing       // once complete
+	b       listingBuilder // read so far, in listing order, until complete
 	token   string         // continuation of the next page
 	lastKey string         // greatest object name or prefix listed so far
 	seq     uint64         // when the first page was asked for, 0 before
@@ -34,8 +34,6 @@ func (c *Cache) NewLister(dir string) *Lister {
 	l := &Lister{Path: dir}
 	if cached, ok := c.cache.listing(dir); ok {
 		l.done, l.Complete = cached, true
-	} else {
-		l.index = make(map[string]int)
 	}
 	return l
 }
@@ -53,7 +51,7 @@ func (l *Lister) Len() int {
 	if l.done != nil {
 		return l.done.Len()
 	}
-	return len(l.entries)
+	return len(l.b.ents)
 }
 
 // At returns entry i, i < Len().
@@ -61,7 +59,7 @@ func (l *Lister) At(i int) DirEntry {
 	if l.done != nil {
 		return l.done.At(i)
 	}
-	return l.entries[i]
+	return l.b.at(l.Path, i, l.seq)
 }
 
 // Settled reports whether entry i can no longer change: a file "x" may
@@ -71,12 +69,12 @@ func (l *Lister) Settled(i int) bool {
 	if l.Complete {
 		return true
 	}
-	e := &l.entries[i]
-	return e.Kind == Dir || l.lastKey >= DirPrefix(l.Path)+e.Name+"/"
+	return l.b.ents[i].kind == Dir || l.lastKey >= DirPrefix(l.Path)+l.b.name(i)+"/"
 }
 
-// NextPage appends the next page of the listing to l.Entries. Names that
-// cannot be POSIX names are left out (and counted, NoteHidden).
+// NextPage adds the next page of the listing to l, packed as it comes.
+// Names that cannot be POSIX names are left out (and counted,
+// NoteHidden), and so are objects with a version over 64 KiB.
 func (c *Cache) NextPage(ctx context.Context, l *Lister) error {
 	prefix := DirPrefix(l.Path)
 	if l.seq == 0 {
@@ -91,7 +89,11 @@ func (c *Cache) NextPage(ctx context.Context, l *Lister) error {
 	if err != nil {
 		return err
 	}
-	l.add(c.pageEntries(page, prefix, l.seq))
+	for _, e := range c.pageEntries(page, prefix, l.seq) {
+		if !l.b.add(e) {
+			return fmt.Errorf("list %q: over 4 GiB of names, more than ferry can hold", prefix)
+		}
+	}
 	if n := len(page.Objects); n > 0 && page.Objects[n-1].Name > l.lastKey {
 		l.lastKey = page.Objects[n-1].Name
 	}
@@ -101,10 +103,8 @@ func (c *Cache) NextPage(ctx context.Context, l *Lister) error {
 	l.token = page.ContinuationToken
 	if l.token == "" {
 		l.Complete = true
-		if done, ok := newListing(l.Path, l.entries, l.seq); ok {
-			l.done, l.entries, l.index = done, nil, nil
-			c.cache.putListing(done)
-		}
+		l.done = l.b.finish(l.Path, l.seq)
+		c.cache.putListing(l.done)
 	}
 	return nil
 }
@@ -126,7 +126,7 @@ func (c *Cache) pageEntries(page *bucket.Listing, prefix string, seq uint64) []D
 			continue // this directory's own marker
 		}
 		name := strings.TrimPrefix(o.Name, prefix)
-		if !ValidName(name) {
+		if !ValidName(name) || len(o.Version) > maxVersionLen {
 			c.NoteHidden(o.Name)
 			continue
 		}
@@ -142,20 +142,4 @@ func (c *Cache) pageEntries(page *bucket.Listing, prefix string, seq uint64) []D
 		return out[i].Kind == Dir && out[j].Kind != Dir
 	})
 	return out
-}
-
-// add appends a page's entries, each name once.
-func (l *Lister) add(page []DirEntry) {
-	for _, e := range page {
-		i, seen := l.index[e.Name]
-		switch {
-		case !seen:
-			l.index[e.Name] = len(l.entries)
-			l.entries = append(l.entries, e)
-		case e.Kind == Dir && l.entries[i].Kind != Dir:
-			// A file and a directory of the same name on different pages:
-			// the directory wins, in place so indices stay stable.
-			l.entries[i] = e
-		}
-	}
 }

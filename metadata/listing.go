@@ -1,6 +1,7 @@
 package metadata
 
 import (
+	"hash/maphash"
 	"math"
 	"slices"
 	"strings"
@@ -39,6 +40,11 @@ type packedEntry struct {
 	updated int64 // Unix nanoseconds; noTime for the zero time
 }
 
+// maxVersionLen is the longest version a listing packs; an object with a
+// longer one (no store gives one) is hidden, as a name that cannot be a
+// POSIX name is.
+const maxVersionLen = math.MaxUint16
+
 // noTime stands for the zero time.Time, which has no Unix nanoseconds.
 const noTime = math.MinInt64
 
@@ -53,36 +59,109 @@ const packedSize = 36
 // a listing begun at seq. It returns false when a name or version is too
 // long to pack (names are at most 1,024 bytes on GCS and S3).
 func newListing(dir string, entries []DirEntry, seq uint64) (*Listing, bool) {
-	var b strings.Builder
-	n := 0
-	for i := range entries {
-		n += len(entries[i].Name) + len(entries[i].Obj.Version)
-	}
-	if n > math.MaxUint32 {
-		return nil, false
-	}
-	b.Grow(n)
-	l := &Listing{dir: dir, ents: make([]packedEntry, len(entries)), byName: make([]uint32, len(entries)), seq: seq}
-	for i := range entries {
-		e := &entries[i]
-		if len(e.Name) > math.MaxUint16 || len(e.Obj.Version) > math.MaxUint16 {
+	var b listingBuilder
+	for _, e := range entries {
+		if !b.add(e) {
 			return nil, false
 		}
-		p := packedEntry{
-			off: uint32(b.Len()), nameLen: uint16(len(e.Name)), verLen: uint16(len(e.Obj.Version)),
-			kind: e.Kind, hasCRC: e.Obj.HasCRC32C, crc: e.Obj.CRC32C, size: e.Obj.Size, updated: noTime,
+	}
+	return b.finish(dir, seq), true
+}
+
+// listingBuilder packs a listing as its pages come: a directory of a
+// million names costs about 110 bytes a name while it is being read (the
+// packed entries, their text and an index of names), not the 250 of
+// DirEntries and a map from names.
+type listingBuilder struct {
+	text []byte
+	ents []packedEntry
+	// index finds a name's entry by the name's hash; other holds the
+	// few names whose hash an earlier name has.
+	index map[uint64]uint32
+	other map[string]uint32
+	seed  maphash.Seed
+}
+
+// find returns the position of name, if added.
+func (b *listingBuilder) find(name string) (int, bool) {
+	if b.index == nil {
+		return 0, false
+	}
+	if i, ok := b.index[maphash.String(b.seed, name)]; ok && b.name(int(i)) == name {
+		return int(i), true
+	}
+	i, ok := b.other[name]
+	return int(i), ok
+}
+
+// name returns entry i's name, as bytes of text (compared without a copy,
+// or converted).
+func (b *listingBuilder) name(i int) string {
+	p := &b.ents[i]
+	return string(b.text[p.off : p.off+uint32(p.nameLen)])
+}
+
+// add appends e, or, when a file of e's name is there and e is a
+// directory, turns it into the directory in place, so that positions
+// handed out stay what they were. It returns false when e cannot be
+// packed: a version over 64 KiB, or text past 4 GiB.
+func (b *listingBuilder) add(e DirEntry) bool {
+	if i, ok := b.find(e.Name); ok {
+		if e.Kind == Dir && b.ents[i].kind != Dir {
+			b.ents[i] = packedEntry{off: b.ents[i].off, nameLen: b.ents[i].nameLen, kind: Dir, updated: noTime}
 		}
-		if !e.Obj.Updated.IsZero() {
-			p.updated = e.Obj.Updated.UnixNano()
+		return true
+	}
+	if len(e.Name) > math.MaxUint16 || len(e.Obj.Version) > maxVersionLen ||
+		len(b.text)+len(e.Name)+len(e.Obj.Version) > math.MaxUint32 {
+		return false
+	}
+	p := packedEntry{
+		off: uint32(len(b.text)), nameLen: uint16(len(e.Name)), verLen: uint16(len(e.Obj.Version)),
+		kind: e.Kind, hasCRC: e.Obj.HasCRC32C, crc: e.Obj.CRC32C, size: e.Obj.Size, updated: noTime,
+	}
+	if !e.Obj.Updated.IsZero() {
+		p.updated = e.Obj.Updated.UnixNano()
+	}
+	b.text = append(append(b.text, e.Name...), e.Obj.Version...)
+	if b.index == nil {
+		b.index, b.seed = make(map[uint64]uint32), maphash.MakeSeed()
+	}
+	i := uint32(len(b.ents))
+	b.ents = append(b.ents, p)
+	h := maphash.String(b.seed, e.Name)
+	if _, taken := b.index[h]; taken {
+		if b.other == nil {
+			b.other = make(map[string]uint32)
 		}
-		b.WriteString(e.Name)
-		b.WriteString(e.Obj.Version)
-		l.ents[i] = p
+		b.other[e.Name] = i
+	} else {
+		b.index[h] = i
+	}
+	return true
+}
+
+// at returns entry i as a DirEntry.
+func (b *listingBuilder) at(dir string, i int, seq uint64) DirEntry {
+	p := &b.ents[i]
+	return p.dirEntry(dir, b.name(i), string(b.text[p.off+uint32(p.nameLen):p.off+uint32(p.nameLen)+uint32(p.verLen)]), seq)
+}
+
+// bytes is about what the builder holds in memory.
+func (b *listingBuilder) bytes() int64 {
+	return int64(cap(b.text)) + int64(cap(b.ents))*32 + int64(len(b.index)+len(b.other))*24
+}
+
+// finish makes the Listing, with text and entries copied to their sizes,
+// and leaves b empty.
+func (b *listingBuilder) finish(dir string, seq uint64) *Listing {
+	l := &Listing{dir: dir, text: string(b.text), ents: slices.Clip(slices.Clone(b.ents)), byName: make([]uint32, len(b.ents)), seq: seq}
+	*b = listingBuilder{}
+	for i := range l.byName {
 		l.byName[i] = uint32(i)
 	}
-	l.text = b.String()
 	slices.SortFunc(l.byName, func(a, b uint32) int { return strings.Compare(l.Name(int(a)), l.Name(int(b))) })
-	return l, true
+	return l
 }
 
 // Len is the number of entries.
@@ -107,16 +186,35 @@ func (l *Listing) Entry(i int) (name string, obj bucket.Object, file bool) {
 // At returns entry i as a DirEntry.
 func (l *Listing) At(i int) DirEntry {
 	p := &l.ents[i]
-	name := l.Name(i)
-	e := DirEntry{Name: name, Entry: Entry{Kind: p.kind, Seq: l.seq}}
-	if p.kind != File {
-		return e
-	}
 	v := p.off + uint32(p.nameLen)
+	return p.dirEntry(l.dir, l.Name(i), l.text[v:v+uint32(p.verLen)], l.seq)
+}
+
+// dirEntry is the entry p of a listing of dir, named name, at version
+// (substrings of a listing's text). Its strings are copied out, in one
+// allocation: an inode or a handle keeps its object for as long as the
+// kernel holds the name, and a substring would keep the whole listing,
+// and every later copy of it, alive with it.
+func (p *packedEntry) dirEntry(dir, name, version string, seq uint64) DirEntry {
+	if p.kind != File {
+		return DirEntry{Name: strings.Clone(name), Entry: Entry{Kind: p.kind, Seq: seq}}
+	}
+	var b strings.Builder
+	b.Grow(len(dir) + 1 + len(name) + len(version))
+	if dir != "" {
+		b.WriteString(dir)
+		b.WriteByte('/')
+	}
+	nameStart := b.Len()
+	b.WriteString(name)
+	nameEnd := b.Len()
+	b.WriteString(version)
+	full := b.String()
+	e := DirEntry{Name: full[nameStart:nameEnd], Entry: Entry{Kind: File, Seq: seq}}
 	e.Obj = bucket.Object{
-		Name:      ChildPath(l.dir, name),
+		Name:      full[:nameEnd],
 		Size:      p.size,
-		Version:   l.text[v : v+uint32(p.verLen)],
+		Version:   full[nameEnd:],
 		CRC32C:    p.crc,
 		HasCRC32C: p.hasCRC,
 	}

@@ -157,8 +157,18 @@ func (c *Cache) register(reg prometheus.Registerer) error {
 
 // Charge adds n (negative to release) to the bytes held for names this
 // cache answered but others keep (fs's inodes): they count against the
-// memory limit, and the cache shrinks to leave them room.
-func (c *Cache) Charge(n int64) { c.cache.budget.external.Add(n) }
+// memory limit, and the cache shrinks at once to leave them room.
+func (c *Cache) Charge(n int64) {
+	c.cache.budget.external.Add(n)
+	if n <= 0 || c.cache.budget.limit == 0 {
+		return
+	}
+	c.cache.mu.Lock()
+	defer c.cache.mu.Unlock()
+	if c.cache.budget.over(8) {
+		c.cache.evictLocked()
+	}
+}
 
 // Bytes is about the memory the metadata holds: the cache's entries and
 // listings, and what Charge added.

@@ -147,7 +147,7 @@ func (p *prefetcher) list(dir string) {
 		p.mu.Unlock()
 		p.wg.Done()
 	}()
-	l := &Lister{Path: dir, index: make(map[string]int)}
+	l := &Lister{Path: dir}
 	for !l.Complete && l.Len() <= p.maxEntries {
 		if err := p.c.NextPage(p.ctx, l); err != nil {
 			p.c.log.Debug("directory prefetch failed", "dir", dir, "err", err)

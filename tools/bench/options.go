@@ -74,7 +74,7 @@ type Options struct {
 }
 
 // allWorkloads in the order they run.
-var allWorkloads = []string{"seq-1", "seq-n", "random", "small", "walk", "ls-lr", "unet3d", "resnet50", "cosmoflow"}
+var allWorkloads = []string{"seq-1", "seq-n", "random", "small", "walk", "ls-lr", "unet3d", "resnet50", "cosmoflow", "aio"}
 
 // sizeFlag is an int64 byte count given as a human size ("256MiB").
 type sizeFlag struct{ p *int64 }

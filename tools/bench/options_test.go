@@ -132,7 +132,7 @@ func TestBuildWorkloadsNames(t *testing.T) {
 	for _, w := range ws {
 		names = append(names, w.Name)
 	}
-	assert.Equal(t, []string{"seq-1", "seq-6", "random-512k", "small-128k", "walk", "ls-lr", "resnet50", "cosmoflow"}, names)
+	assert.Equal(t, []string{"seq-1", "seq-6", "random-512k", "small-128k", "walk", "ls-lr", "resnet50", "cosmoflow", "aio-libaio", "aio-uring", "aio-psync-16"}, names)
 	assert.Equal(t, int64(o.Seq1Files)*o.LargeSize, ws[0].Expect)
 	assert.Equal(t, int64(o.LargeFiles)*o.LargeSize, ws[1].Expect)
 }

@@ -477,6 +477,10 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 		return render(o, stdout, stderr)
 	}
 	start := time.Now()
+	o, skipped, err := dropAIOWithoutFio(o, fioInstalled())
+	if err != nil {
+		return err
+	}
 	b := &bench{
 		opts: o, stderr: stderr,
 		link: netem.Link{RTT: o.RTT, PerConn: o.ConnMBs * 1e6, Total: o.LinkMBs * 1e6},
@@ -486,6 +490,10 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 		b.opts.DataDir = filepath.Join(o.WorkDir, "data-"+specID(b.spec))
 	}
 	b.report = &Report{Command: argv, Started: start.UTC(), Machine: describeMachine(o.WorkDir), FerryTree: ferryTree(ctx), Options: b.opts, LoadStart: loadAvg()}
+	if skipped != "" {
+		b.logf("%s", skipped)
+		b.report.Notes = append(b.report.Notes, skipped)
+	}
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return err
 	}
@@ -584,15 +592,30 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 			}
 		}
 		b.report.Notes = append(b.report.Notes, fmt.Sprintf("Target %s: 'cold' is this run's first pass over it (page cache dropped; its own caches as they were), 'warm' the second.", o.TargetDir))
-	case o.Command == "demo":
-		// Epochs: the whole dataset on one mount, as a training job reads it.
-		err = b.runFerry(ctx, [][]Workload{ws})
 	default:
-		groups := make([][]Workload, len(ws))
-		for i, w := range ws {
-			groups[i] = []Workload{w}
+		var cached, uncached []Workload
+		for _, w := range ws {
+			if isAIO(w) {
+				uncached = append(uncached, w)
+			} else {
+				cached = append(cached, w)
+			}
 		}
-		err = b.runFerry(ctx, groups)
+		switch {
+		case len(cached) == 0:
+		case o.Command == "demo":
+			// Epochs: the whole dataset on one mount, as a training job reads it.
+			err = b.runFerry(ctx, [][]Workload{cached})
+		default:
+			groups := make([][]Workload, len(cached))
+			for i, w := range cached {
+				groups[i] = []Workload{w}
+			}
+			err = b.runFerry(ctx, groups)
+		}
+		if err == nil && len(uncached) > 0 {
+			err = b.runUncached(ctx, uncached)
+		}
 	}
 	if err == nil && b.remote != nil && contains(o.Workloads, overCacheName) {
 		err = b.runOverCache(ctx)

@@ -150,6 +150,9 @@ func checkTargets(rows []Row, paired []Paired, o Options, memoryLimit int64) []T
 			atLeast(what, r.VsLocal, want)
 		}
 	}
+	if t, ok := aioTarget(rows); ok {
+		out = append(out, t)
+	}
 	for _, w := range []string{"unet3d", "resnet50", "cosmoflow"} {
 		for _, phase := range []string{PhaseCold, PhaseWarm} {
 			if r, ok := findRow(rows, w, phase); ok && r.Pass != nil {

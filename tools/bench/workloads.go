@@ -5,19 +5,17 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"sync/atomic"
-
-	"golang.org/x/sync/errgroup"
-
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"ferry/bucket"
+	"golang.org/x/sync/errgroup"
 
+	"ferry/bucket"
 	"ferry/tools/bench/dataset"
 	"ferry/tools/bench/mlperf"
 	"ferry/tools/bench/netem"
@@ -54,6 +52,9 @@ func datasetSpec(o Options) dataset.Spec {
 	}
 	if need["small"] || need["walk"] || need["ls-lr"] {
 		s.Groups = append(s.Groups, dataset.Group{Dir: "small", Count: o.SmallFiles, Size: o.SmallSize})
+	}
+	if need["aio"] {
+		s.Groups = append(s.Groups, dataset.Group{Dir: aioDir, Count: 1, Size: aioSize})
 	}
 	if need[overCacheName] {
 		s.Groups = append(s.Groups, overCacheGroup(o))
@@ -203,6 +204,8 @@ func buildWorkloads(o Options, spec dataset.Spec, link netem.Link) []Workload {
 				},
 				Check: func(root string) error { return checkRanges(spec, root, files, sizes, 4, 1<<20, o.Seed+3) },
 			})
+		case "aio":
+			ws = append(ws, aioWorkloads(o, spec, lim)...)
 		}
 	}
 	return ws
