@@ -84,7 +84,8 @@ type Stats struct {
 	HitBlocks, HitBytes     int64 // blocks ReadBlocks filled or Spliceable handed out
 	MissBlocks, MissBytes   int64 // blocks ReadBlocks did not fill (absent, evicted or corrupt)
 	WriteBlocks, WriteBytes int64 // blocks stored
-	Evictions               int64 // entries evicted (LRU, limit or floor)
+	Evictions               int64 // entries evicted (for a write admitted over them, the limit or the floor)
+	RefusedBytes            int64 // bytes writes could not store for want of room (admit.go)
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
 	WholeChecks             int64 // files WholeFile.Check read and checked whole
@@ -115,6 +116,9 @@ type hooks struct {
 	// inCommit runs inside flush's index transaction (tests make it panic
 	// as bbolt does on a damaged page).
 	inCommit func()
+	// admitAll turns admission off (plain LRU: every write may evict),
+	// for tests of eviction's mechanics rather than its policy.
+	admitAll bool
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -152,6 +156,11 @@ type entry struct {
 	live       bool // GUARDED_BY(Store.mu); false once evicted
 	metaDirty  bool // GUARDED_BY(Store.mu)
 	atimeDirty bool // GUARDED_BY(Store.mu)
+	// refs counts e's recent references, the last at Store.clock refAt;
+	// referred: e was referenced since the store opened (admit.go).
+	refs     uint8 // GUARDED_BY(Store.mu)
+	refAt    int64 // GUARDED_BY(Store.mu)
+	referred bool  // GUARDED_BY(Store.mu)
 	// verified is the data file's stamp when WholeFile.Check last read
 	// it whole (or reads covered it, readCheck): while the file shows
 	// it, it has not been written since.
@@ -226,7 +235,13 @@ type Store struct {
 	// (whole.go); they stay on disk until released, so they still count.
 	heldEvicted int64           // GUARDED_BY(mu)
 	loggedKinds map[string]bool // GUARDED_BY(mu)
-	closed      bool            // GUARDED_BY(mu)
+	// clock counts the bytes offered to the cache by writes; counts age
+	// when it passes nextAge. ghosts: the reference history of objects
+	// not cached, by ghostID (admit.go).
+	clock   int64            // GUARDED_BY(mu)
+	nextAge int64            // GUARDED_BY(mu)
+	ghosts  map[uint64]ghost // GUARDED_BY(mu)
+	closed  bool             // GUARDED_BY(mu)
 
 	// noDirect: the volume refused O_DIRECT (tmpfs before Linux 6.6,
 	// some FUSE and network file systems); write through the page cache.
@@ -235,6 +250,7 @@ type Store struct {
 	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
 	writeBlocks, writeBytes                    atomic.Int64
 	evictions, corrupt, writeErrors            atomic.Int64
+	refusedBytes                               atomic.Int64
 	wholeChecks, wholeCheckedBytes             atomic.Int64
 	readChecks                                 atomic.Int64
 	splicedBlocks, splicedBytes                atomic.Int64
@@ -271,9 +287,10 @@ func (s *Store) Stats() Stats {
 		HitBlocks: s.hitBlocks.Load(), HitBytes: s.hitBytes.Load(),
 		MissBlocks: s.missBlocks.Load(), MissBytes: s.missBytes.Load(),
 		WriteBlocks: s.writeBlocks.Load(), WriteBytes: s.writeBytes.Load(),
-		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
-		WriteErrors: s.writeErrors.Load(),
-		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
+		Evictions: s.evictions.Load(), RefusedBytes: s.refusedBytes.Load(),
+		CorruptBlocks: s.corrupt.Load(),
+		WriteErrors:   s.writeErrors.Load(),
+		WholeChecks:   s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
 		ReadChecks:    s.readChecks.Load(),
 		SplicedBlocks: s.splicedBlocks.Load(), SplicedBytes: s.splicedBytes.Load(),
 		Entries: n, UsedBytes: used, LimitBytes: s.limit,

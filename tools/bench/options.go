@@ -66,6 +66,11 @@ type Options struct {
 	UNet3DFiles   int     `json:"unet3d_files"`
 	ResNet50Files int     `json:"resnet50_files"`
 	CosmoFiles    int     `json:"cosmoflow_files"`
+
+	// A dataset larger than the cache (overcache.go).
+	OverCacheFiles  int   `json:"over_cache_files,omitempty"`
+	OverCacheSize   int64 `json:"over_cache_size,omitempty"`
+	OverCacheEpochs int   `json:"over_cache_epochs,omitempty"`
 }
 
 // allWorkloads in the order they run.
@@ -111,6 +116,7 @@ func defaultOptions(command string) Options {
 		SmallFiles: 4000, SmallSize: 128 << 10, SmallReaders: 8,
 		Accelerators: 1, MLPerfReaders: 4, MLPerfScale: 1,
 		UNet3DFiles: 28, ResNet50Files: 6, CosmoFiles: 600,
+		OverCacheFiles: 192, OverCacheSize: 1 << 20, OverCacheEpochs: 4,
 	}
 	if command == "demo" {
 		// A few hundred MiB: one minute on the emulated link, epochs included.
@@ -179,6 +185,9 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.UNet3DFiles, "unet3d-files", o.UNet3DFiles, "MLPerf: U-Net3D sample files (~140 MiB each)")
 	fs.IntVar(&o.ResNet50Files, "resnet50-files", o.ResNet50Files, "MLPerf: ResNet-50 record files (1251 x 115 KiB each)")
 	fs.IntVar(&o.CosmoFiles, "cosmoflow-files", o.CosmoFiles, "MLPerf: CosmoFlow sample files (~2.7 MiB each)")
+	fs.IntVar(&o.OverCacheFiles, "over-cache-files", o.OverCacheFiles, "over-cache: files of the dataset read over a cache of 1/1.5 and 1/3 of its size")
+	fs.Var(sizeFlag{&o.OverCacheSize}, "over-cache-size", "over-cache: size of each file")
+	fs.IntVar(&o.OverCacheEpochs, "over-cache-epochs", o.OverCacheEpochs, "over-cache: epochs read on each mount")
 
 	if err := fs.Parse(args[1:]); err != nil {
 		return Options{}, err
@@ -197,8 +206,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		if w == "" {
 			continue
 		}
-		if !contains(allWorkloads, w) {
-			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s)", w, strings.Join(allWorkloads, ","))
+		if !contains(allWorkloads, w) && w != overCacheName {
+			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s, and %s, not run by default)", w, strings.Join(allWorkloads, ","), overCacheName)
 		}
 		o.Workloads = append(o.Workloads, w)
 	}
@@ -227,6 +236,10 @@ func (o Options) validate() error {
 		return errors.New("--mlperf-scale must be in (0, 1]")
 	case o.UNet3DFiles < 0 || o.ResNet50Files < 0 || o.CosmoFiles < 0:
 		return errors.New("MLPerf file counts must not be negative")
+	case contains(o.Workloads, overCacheName) && (o.OverCacheFiles <= 0 || o.OverCacheSize <= 0 || o.OverCacheEpochs < 2):
+		return errors.New("--over-cache-files and --over-cache-size must be positive and --over-cache-epochs at least 2")
+	case contains(o.Workloads, overCacheName) && o.TargetDir != "":
+		return fmt.Errorf("--target-dir: %s measures ferry's own cache; it cannot run on another file system", overCacheName)
 	case o.Command == "generate" && o.DataDir == "":
 		return errors.New("generate: --data-dir is where the dataset is written")
 	case o.Command == "render" && (o.From == "" || o.Out == ""):

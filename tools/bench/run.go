@@ -617,6 +617,9 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 			err = b.runUncached(ctx, uncached)
 		}
 	}
+	if err == nil && b.remote != nil && contains(o.Workloads, overCacheName) {
+		err = b.runOverCache(ctx)
+	}
 	if err == nil {
 		err = ctx.Err()
 	}

@@ -56,6 +56,9 @@ func datasetSpec(o Options) dataset.Spec {
 	if need["aio"] {
 		s.Groups = append(s.Groups, dataset.Group{Dir: aioDir, Count: 1, Size: aioSize})
 	}
+	if need[overCacheName] {
+		s.Groups = append(s.Groups, overCacheGroup(o))
+	}
 	ml := mlperfWorkloads(o.MLPerfScale)
 	for _, name := range []string{"unet3d", "resnet50", "cosmoflow"} {
 		count := map[string]int{"unet3d": o.UNet3DFiles, "resnet50": o.ResNet50Files, "cosmoflow": o.CosmoFiles}[name]
