@@ -115,6 +115,8 @@ type hooks struct {
 	// inCommit runs inside flush's index transaction (tests make it panic
 	// as bbolt does on a damaged page).
 	inCommit func()
+	// indexPut sees every key and value a commit puts in the index.
+	indexPut func(key, val []byte)
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -150,8 +152,13 @@ type entry struct {
 	holds      int  // GUARDED_BY(Store.mu)
 	writing    int  // GUARDED_BY(Store.mu); writes in flight
 	live       bool // GUARDED_BY(Store.mu); false once evicted
-	metaDirty  bool // GUARDED_BY(Store.mu)
+	metaDirty  bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
 	atimeDirty bool // GUARDED_BY(Store.mu)
+	// dirtyChunks are the chunks but 0 changed since the last commit;
+	// resetChunks: the index may hold chunks that memory no longer has
+	// (the file was created again), and the commit deletes them first.
+	dirtyChunks map[int64]struct{} // GUARDED_BY(Store.mu)
+	resetChunks bool               // GUARDED_BY(Store.mu)
 	// verified is the data file's stamp when WholeFile.Check last read
 	// it whole (or reads covered it, readCheck): while the file shows
 	// it, it has not been written since.
