@@ -2,6 +2,7 @@ package filecache
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -173,4 +174,30 @@ func TestEvictionDeletesChunks(t *testing.T) {
 	for _, k := range keys {
 		assert.Equal(t, b, k[:64], "only b's chunks are left")
 	}
+}
+
+// A data file deleted behind the store's back is created again empty: the
+// chunks the index held for the old one go with it, or they would claim
+// blocks the new file does not have.
+func TestRecreatedFileDropsItsChunks(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{maxOpen: 1})
+	a := chunkedObj(t, s, "a")
+	b := obj("b", testBS)
+	require.Equal(t, 1, s.WriteBlocks(b, 0, blockData(b, 0, testBS))) // closes a's file (maxOpen 1)
+	require.NoError(t, s.flush())
+	require.NoError(t, os.Remove(s.pathFor(s.keyFor(a))))
+
+	last := int64(3*chunkBlocks + 5)
+	require.Equal(t, 1, s.WriteBlocks(a, last, blockData(a, last, testBS)))
+	require.NoError(t, s.Close())
+	assert.Equal(t, []string{string(chunkKey([]byte(s.keyFor(a)), 3))}, indexKeys(t, dir, chunksBucket))
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	for c := int64(0); c < 4; c++ {
+		assert.False(t, readOK(t, s, a, c*chunkBlocks), "chunk %d: from the old file", c)
+	}
+	assert.True(t, readOK(t, s, a, last), "written to the new file")
+	assert.Zero(t, s.Stats().CorruptBlocks)
+	s.checkInvariants(t)
 }
