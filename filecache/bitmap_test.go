@@ -1,6 +1,7 @@
 package filecache
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -66,19 +67,37 @@ func repeat(c byte, n int) string {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
-	r := &record{name: "a/b", version: "17", size: 3*4096 + 5, blockSize: 4096, bytes: 8192,
+	r := &record{format: recordV2, name: "a/b", version: "17", size: 3*4096 + 5, blockSize: 4096,
 		present: parseBitmap("X..X"), crcs: []uint32{1, 0, 0, 4}}
-	got, err := decodeRecord(encodeRecord(r))
+	key := []byte(strings.Repeat("k", 64))
+	v := seal(key, encodeHeader(r))
+	got, err := decodeRecord(key, v)
 	assert.NoError(t, err)
 	assert.Equal(t, r, got)
 
-	v := encodeRecord(r)
-	for _, bad := range [][]byte{nil, {9}, v[:len(v)-1], append(append([]byte{}, v...), 0)} {
-		_, err := decodeRecord(bad)
+	other := []byte(strings.Repeat("j", 64))
+	flipped := append([]byte{}, v...)
+	flipped[3] ^= 1
+	for _, bad := range [][]byte{nil, {9}, v[:len(v)-1], append(append([]byte{}, v...), 0), flipped} {
+		_, err := decodeRecord(key, bad)
 		assert.ErrorIs(t, err, errBadRecord)
 	}
+	_, err = decodeRecord(other, v)
+	assert.ErrorIs(t, err, errBadRecord, "a record under another key")
+
 	r.present = parseBitmap("X..X....X") // a bit past the object's 4 blocks
 	r.present = r.present[:1]
-	_, err = decodeRecord(encodeRecord(r))
+	_, err = decodeRecord(key, seal(key, encodeHeader(r)))
+	assert.ErrorIs(t, err, errBadRecord)
+}
+
+func TestRecordV1StillRead(t *testing.T) {
+	r := &record{format: recordV1, name: "a/b", version: "17", size: 3*4096 + 5, blockSize: 4096, bytes: 8192,
+		present: parseBitmap("X..X"), crcs: []uint32{1, 0, 0, 4}}
+	got, err := decodeRecord(nil, encodeRecordV1(r))
+	assert.NoError(t, err)
+	assert.Equal(t, r, got)
+	v := encodeRecordV1(r)
+	_, err = decodeRecord(nil, v[:len(v)-1])
 	assert.ErrorIs(t, err, errBadRecord)
 }

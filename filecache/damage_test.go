@@ -37,6 +37,10 @@ func TestDamagedIndexRecovers(t *testing.T) {
 		o := obj(fmt.Sprintf("o%d", i), 3*testBS)
 		require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
 	}
+	// Objects of several chunks, so that damage lands in chunks too.
+	for i := range 4 {
+		chunkedObj(t, s, fmt.Sprintf("c%d", i))
+	}
 	require.NoError(t, s.Close())
 	raw, err := os.ReadFile(filepath.Join(good, "v1", "index.db"))
 	require.NoError(t, err)
@@ -109,6 +113,12 @@ func TestDamagedIndexChild(t *testing.T) {
 	for i := range 20 {
 		o := obj(fmt.Sprintf("o%d", i), 3*testBS)
 		for b := range int64(3) {
+			readOK(t, s, o, b)
+		}
+	}
+	for i := range 4 {
+		o := obj(fmt.Sprintf("c%d", i), 4*chunkBlocks*testBS)
+		for b := range int64(4 * chunkBlocks) {
 			readOK(t, s, o, b)
 		}
 	}

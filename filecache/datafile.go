@@ -77,6 +77,9 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		if e.bytes > 0 {
 			s.used -= e.bytes
 			e.bytes = 0
+			// Every chunk is empty now: delete those the index holds.
+			clear(e.dirtyChunks)
+			e.resetChunks = numChunks(e.nblocks) > 1
 			s.markDirtyLocked(e, true)
 		}
 	}

@@ -16,6 +16,22 @@
 // part of itself cached instead of evicting each file just before it is
 // read again.
 //
+// # Index format
+//
+// An entry's bitmap and CRCs are stored in chunks of 256 blocks (format
+// 2, record.go): the entry's record holds its name, version, size, block
+// size and chunk 0; chunks 1 and up are keys of their own, and one with
+// no block present is not stored. A commit writes only the chunks that
+// changed since the last, and copies only those under the store's lock,
+// so its cost follows the blocks written, not the object's size: a block
+// written to a 64 GiB object commits about 1 KiB, where the whole record
+// was 4 MiB. Every value is sealed with a CRC32C of its key and bytes: a
+// damaged chunk loses its blocks, a damaged record its entry, and neither
+// is served. Records of format 1 (one value with the whole bitmap and
+// every CRC) are read at Open and written again as format 2 by the first
+// commit, so an upgrade keeps the cache; an older ferry reading format 2
+// drops those entries as damaged and starts them again.
+//
 // Layout:
 //
 //	Dir/v1/index.db              bbolt index

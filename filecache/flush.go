@@ -1,10 +1,12 @@
 package filecache
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -30,11 +32,21 @@ func (s *Store) flusher() {
 }
 
 type pendingPut struct {
-	e          *entry
-	key        []byte
-	meta       []byte // nil: only the access time changed
-	atime      [8]byte
+	e      *entry
+	key    []byte
+	meta   []byte         // header with chunk 0, unsealed; nil: unchanged
+	chunks []pendingChunk // other chunks changed, by number
+	reset  bool           // delete every chunk of key first
+	atime  [8]byte
+	// writeAtime: only the access time changed, or the entry is new.
 	writeAtime bool
+}
+
+// pendingChunk is chunk idx of an entry, encoded (unsealed), or nil to
+// delete it: none of its blocks is present.
+type pendingChunk struct {
+	idx int64
+	val []byte
 }
 
 // flush writes dirty entries and deletions to the index in one
@@ -107,18 +119,21 @@ func (s *Store) takePending() pendingCommit {
 	}
 	clear(s.deleted)
 	for k, e := range s.dirty {
-		p := pendingPut{e: e, key: []byte(k)}
+		p := pendingPut{e: e, key: []byte(k), reset: e.resetChunks}
+		// Only what changed is copied, under the lock: the header with
+		// chunk 0 (1 KiB at most besides the names) and dirty chunks.
 		if e.metaDirty {
-			p.meta = encodeRecord(&record{
+			p.meta = encodeHeader(&record{
 				name: e.obj.Name, version: e.obj.Version, size: e.obj.Size, blockSize: s.blockSize,
-				bytes: e.bytes, present: e.present, crcs: e.crcs,
+				present: e.present, crcs: e.crcs,
 			})
 		}
+		p.chunks = takeChunksLocked(e)
 		if e.atimeDirty || e.metaDirty {
 			p.writeAtime = true
 			binary.LittleEndian.PutUint64(p.atime[:], uint64(e.atime))
 		}
-		e.metaDirty, e.atimeDirty = false, false
+		e.metaDirty, e.atimeDirty, e.resetChunks = false, false, false
 		c.puts = append(c.puts, p)
 	}
 	clear(s.dirty)
@@ -144,14 +159,21 @@ func (s *Store) syncIfDue(closing bool) error {
 	return nil
 }
 
-// commit writes c to the index in one transaction. LOCKS_REQUIRED(flushMu)
+// commit writes c to the index in one transaction, sealing each value
+// (outside the store's lock). LOCKS_REQUIRED(flushMu)
 func (s *Store) commit(c *pendingCommit) error {
+	put := func(b *bolt.Bucket, k, v []byte) error {
+		if s.hooks.indexPut != nil {
+			s.hooks.indexPut(k, v)
+		}
+		return b.Put(k, v)
+	}
 	return guard(func() error {
 		return s.db.Update(func(tx *bolt.Tx) error {
 			if s.hooks.inCommit != nil {
 				s.hooks.inCommit()
 			}
-			eb, ab := tx.Bucket(entriesBucket), tx.Bucket(atimeBucket)
+			eb, cb, ab := tx.Bucket(entriesBucket), tx.Bucket(chunksBucket), tx.Bucket(atimeBucket)
 			for _, k := range c.dels {
 				if err := eb.Delete(k); err != nil {
 					return err
@@ -159,15 +181,35 @@ func (s *Store) commit(c *pendingCommit) error {
 				if err := ab.Delete(k); err != nil {
 					return err
 				}
+				if err := deleteChunks(cb, k); err != nil {
+					return err
+				}
 			}
 			for _, p := range c.puts {
+				if p.reset {
+					if err := deleteChunks(cb, p.key); err != nil {
+						return err
+					}
+				}
 				if p.meta != nil {
-					if err := eb.Put(p.key, p.meta); err != nil {
+					if err := put(eb, p.key, seal(p.key, p.meta)); err != nil {
+						return err
+					}
+				}
+				for _, ch := range p.chunks {
+					k := chunkKey(p.key, ch.idx)
+					var err error
+					if ch.val == nil {
+						err = cb.Delete(k)
+					} else {
+						err = put(cb, k, seal(k, ch.val))
+					}
+					if err != nil {
 						return err
 					}
 				}
 				if p.writeAtime {
-					if err := ab.Put(p.key, p.atime[:]); err != nil {
+					if err := put(ab, p.key, p.atime[:]); err != nil {
 						return err
 					}
 				}
@@ -202,6 +244,10 @@ func (s *Store) putBack(c *pendingCommit) {
 		if p.e.live {
 			p.e.metaDirty = p.e.metaDirty || p.meta != nil
 			p.e.atimeDirty = true
+			p.e.resetChunks = p.e.resetChunks || p.reset
+			for _, ch := range p.chunks {
+				markChunkLocked(p.e, ch.idx)
+			}
 			s.dirty[p.e.key] = p.e
 		}
 	}
@@ -253,10 +299,10 @@ func (s *Store) rebuildIndex(why error) error {
 	s.db = db
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, e := range s.entries {
+	for _, e := range s.entries {
 		if e.live {
-			e.metaDirty, e.atimeDirty = true, true
-			s.dirty[k] = e
+			e.atimeDirty = true
+			s.markAllDirtyLocked(e)
 		}
 	}
 	// The new index holds none of the evicted keys: their deletions are
@@ -269,4 +315,57 @@ func (s *Store) rebuildIndex(why error) error {
 	}
 	clear(s.deleted)
 	return nil
+}
+
+// markBlocksDirtyLocked notes that blocks [first, limit) of e changed, for
+// the next commit to write their chunks. LOCKS_REQUIRED(s.mu)
+func (s *Store) markBlocksDirtyLocked(e *entry, first, limit int64) {
+	for c := first / chunkBlocks; c*chunkBlocks < limit; c++ {
+		markChunkLocked(e, c)
+	}
+	s.dirty[e.key] = e
+}
+
+// markAllDirtyLocked marks e's header and every chunk with a block present,
+// for an index that holds none of them. LOCKS_REQUIRED(s.mu)
+func (s *Store) markAllDirtyLocked(e *entry) {
+	e.metaDirty = true
+	for c := int64(1); c < numChunks(e.nblocks); c++ {
+		if !chunkEmpty(e.present, e.nblocks, c) {
+			markChunkLocked(e, c)
+		}
+	}
+	s.dirty[e.key] = e
+}
+
+// markChunkLocked marks chunk c of e dirty: chunk 0 is in the header.
+// LOCKS_REQUIRED(Store.mu)
+func markChunkLocked(e *entry, c int64) {
+	if c == 0 {
+		e.metaDirty = true
+		return
+	}
+	if e.dirtyChunks == nil {
+		e.dirtyChunks = map[int64]struct{}{}
+	}
+	e.dirtyChunks[c] = struct{}{}
+}
+
+// takeChunksLocked encodes e's dirty chunks, in order, and marks them
+// clean. LOCKS_REQUIRED(Store.mu)
+func takeChunksLocked(e *entry) []pendingChunk {
+	if len(e.dirtyChunks) == 0 {
+		return nil
+	}
+	out := make([]pendingChunk, 0, len(e.dirtyChunks))
+	for c := range e.dirtyChunks {
+		p := pendingChunk{idx: c}
+		if !chunkEmpty(e.present, e.nblocks, c) {
+			p.val = appendChunk(make([]byte, 0, chunkLen(e.nblocks, c)+4), e.present, e.crcs, e.nblocks, c)
+		}
+		out = append(out, p)
+	}
+	clear(e.dirtyChunks)
+	slices.SortFunc(out, func(a, b pendingChunk) int { return cmp.Compare(a.idx, b.idx) })
+	return out
 }

@@ -2,6 +2,7 @@ package filecache
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/crc32"
 	"hash/fnv"
 	"log/slog"
@@ -227,5 +228,35 @@ func du(t *testing.T, dir string) int64 {
 		}
 		return nil
 	})
+	return n
+}
+
+// encodeRecordV1 encodes r in format 1, as ferry did before chunks.
+func encodeRecordV1(r *record) []byte {
+	buf := []byte{recordV1}
+	buf = binary.AppendUvarint(buf, uint64(len(r.name)))
+	buf = append(buf, r.name...)
+	buf = binary.AppendUvarint(buf, uint64(len(r.version)))
+	buf = append(buf, r.version...)
+	buf = binary.AppendUvarint(buf, r.size)
+	buf = binary.AppendUvarint(buf, uint64(r.blockSize))
+	buf = binary.AppendUvarint(buf, uint64(r.bytes))
+	for _, w := range r.present {
+		buf = binary.LittleEndian.AppendUint64(buf, w)
+	}
+	for _, c := range r.crcs {
+		buf = binary.LittleEndian.AppendUint32(buf, c)
+	}
+	return buf
+}
+
+// countRange is how many of blocks [first, limit) are present.
+func (b bitmap) countRange(first, limit int64) int64 {
+	var n int64
+	for i := first; i < limit; i++ {
+		if b.get(i) {
+			n++
+		}
+	}
 	return n
 }

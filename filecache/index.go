@@ -1,6 +1,7 @@
 package filecache
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,9 +14,11 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The index is one bbolt file with two buckets keyed by the entry's hex key:
+// The index is one bbolt file with three buckets keyed by the entry's hex
+// key (record.go has the records' format):
 //
-//	entries: name, version, size, block size, allocated bytes, bitmap, CRCs
+//	entries: name, version, size, block size, chunk 0 of bitmap and CRCs
+//	chunks:  the other chunks, keyed by entry key and chunk number
 //	atime:   last access, unix nanoseconds (8 bytes)
 //
 // Last access lives apart because every cache hit updates it: keeping it
@@ -26,99 +29,14 @@ var (
 	atimeBucket   = []byte("atime")
 )
 
-const entryFormat = 1
-
-// record is the persistent part of an entry.
-type record struct {
-	name, version string
-	size          uint64
-	blockSize     int64
-	bytes         int64
-	present       bitmap
-	crcs          []uint32
-}
-
-func encodeRecord(r *record) []byte {
-	buf := make([]byte, 0, 64+len(r.name)+len(r.version)+8*len(r.present)+4*len(r.crcs))
-	buf = append(buf, entryFormat)
-	buf = binary.AppendUvarint(buf, uint64(len(r.name)))
-	buf = append(buf, r.name...)
-	buf = binary.AppendUvarint(buf, uint64(len(r.version)))
-	buf = append(buf, r.version...)
-	buf = binary.AppendUvarint(buf, r.size)
-	buf = binary.AppendUvarint(buf, uint64(r.blockSize))
-	buf = binary.AppendUvarint(buf, uint64(r.bytes))
-	for _, w := range r.present {
-		buf = binary.LittleEndian.AppendUint64(buf, w)
-	}
-	for _, c := range r.crcs {
-		buf = binary.LittleEndian.AppendUint32(buf, c)
-	}
-	return buf
-}
-
-var errBadRecord = errors.New("malformed index record")
-
-func decodeRecord(v []byte) (*record, error) {
-	if len(v) < 1 || v[0] != entryFormat {
-		return nil, errBadRecord
-	}
-	v = v[1:]
-	str := func() (string, bool) {
-		n, k := binary.Uvarint(v)
-		if k <= 0 || n > uint64(len(v)-k) {
-			return "", false
-		}
-		s := string(v[k : k+int(n)])
-		v = v[k+int(n):]
-		return s, true
-	}
-	num := func() (uint64, bool) {
-		n, k := binary.Uvarint(v)
-		if k <= 0 {
-			return 0, false
-		}
-		v = v[k:]
-		return n, true
-	}
-	r := &record{}
-	var ok1, ok2, ok3, ok4, ok5 bool
-	var bs, by uint64
-	r.name, ok1 = str()
-	r.version, ok2 = str()
-	r.size, ok3 = num()
-	bs, ok4 = num()
-	by, ok5 = num()
-	if !(ok1 && ok2 && ok3 && ok4 && ok5) || validateBlockSize(int64(bs)) != nil || by > 1<<62 {
-		return nil, errBadRecord
-	}
-	r.blockSize, r.bytes = int64(bs), int64(by)
-	n := numBlocks(r.size, r.blockSize)
-	words := (n + 63) / 64
-	if uint64(len(v)) != uint64(words)*8+uint64(n)*4 {
-		return nil, errBadRecord
-	}
-	r.present = make(bitmap, words)
-	for i := range r.present {
-		r.present[i] = binary.LittleEndian.Uint64(v[8*i:])
-	}
-	v = v[8*words:]
-	r.crcs = make([]uint32, n)
-	for i := range r.crcs {
-		r.crcs[i] = binary.LittleEndian.Uint32(v[4*i:])
-	}
-	// Bits past the end would break bitmap's invariant.
-	if n%64 != 0 && words > 0 && r.present[words-1]>>(uint64(n)%64) != 0 {
-		return nil, errBadRecord
-	}
-	return r, nil
-}
-
 // loadedEntry is one row read from the index at open.
 type loadedEntry struct {
 	key   string
 	rec   *record
 	atime int64
+	// lostChunks: chunks of rec found damaged and deleted; their blocks
+	// are absent.
+	lostChunks int
 }
 
 // errIndexDamaged: bbolt panicked, or faulted reading its memory map, on
@@ -268,50 +186,102 @@ func readIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err 
 		return nil, nil, nil, err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		eb, err := tx.CreateBucketIfNotExists(entriesBucket)
-		if err != nil {
-			return err
-		}
-		ab, err := tx.CreateBucketIfNotExists(atimeBucket)
-		if err != nil {
-			return err
-		}
-		if err := eb.ForEach(func(k, v []byte) error {
-			rec, derr := decodeRecord(v)
-			if derr != nil || len(k) != 64 {
-				bad = append(bad, string(k))
-				return nil
-			}
-			var at int64
-			if a := ab.Get(k); len(a) == 8 {
-				at = int64(binary.LittleEndian.Uint64(a))
-			}
-			rows = append(rows, loadedEntry{key: string(k), rec: rec, atime: at})
-			return nil
-		}); err != nil {
-			return err
-		}
-		// Access times without an entry are left over from a crash
-		// between two batches; drop them so the index does not grow.
-		var stray [][]byte
-		if err := ab.ForEach(func(k, _ []byte) error {
-			if eb.Get(k) == nil {
-				stray = append(stray, append([]byte(nil), k...))
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, k := range stray {
-			if err := ab.Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
+		rows, bad, err = loadRows(tx)
+		return err
 	})
 	if err != nil {
 		db.Close()
 		return nil, nil, nil, err
 	}
 	return db, rows, bad, nil
+}
+
+// loadRows reads every entry of the index, with its chunks, and deletes
+// what belongs to no entry: access times and chunks left by a crash
+// between two batches, or by an older ferry that wrote format 1 over a
+// format 2 entry, and chunks found damaged. Rows are in key order.
+func loadRows(tx *bolt.Tx) (rows []loadedEntry, bad []string, err error) {
+	eb, err := tx.CreateBucketIfNotExists(entriesBucket)
+	if err != nil {
+		return nil, nil, err
+	}
+	cb, err := tx.CreateBucketIfNotExists(chunksBucket)
+	if err != nil {
+		return nil, nil, err
+	}
+	ab, err := tx.CreateBucketIfNotExists(atimeBucket)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Entries of format 2 with more than one chunk, by key.
+	chunked := map[string]int{}
+	if err := eb.ForEach(func(k, v []byte) error {
+		rec, derr := decodeRecord(k, v)
+		if derr != nil || len(k) != 64 {
+			bad = append(bad, string(k))
+			return nil
+		}
+		var at int64
+		if a := ab.Get(k); len(a) == 8 {
+			at = int64(binary.LittleEndian.Uint64(a))
+		}
+		if rec.format == recordV2 && numChunks(numBlocks(rec.size, rec.blockSize)) > 1 {
+			chunked[string(k)] = len(rows)
+		}
+		rows = append(rows, loadedEntry{key: string(k), rec: rec, atime: at})
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	var stray, strayChunks [][]byte
+	if err := cb.ForEach(func(k, v []byte) error {
+		i, ok := -1, len(k) == 68
+		if ok {
+			i, ok = chunked[string(k[:64])]
+		}
+		if !ok {
+			strayChunks = append(strayChunks, append([]byte(nil), k...))
+			return nil
+		}
+		r := &rows[i]
+		n, c := numBlocks(r.rec.size, r.rec.blockSize), int64(binary.BigEndian.Uint32(k[64:]))
+		body, sealed := unseal(k, v)
+		if c == 0 || c >= numChunks(n) || !sealed || !readChunk(body, r.rec.present, r.rec.crcs, n, c) {
+			r.lostChunks++
+			strayChunks = append(strayChunks, append([]byte(nil), k...))
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	if err := ab.ForEach(func(k, _ []byte) error {
+		if eb.Get(k) == nil {
+			stray = append(stray, append([]byte(nil), k...))
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	for _, k := range stray {
+		if err := ab.Delete(k); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, k := range strayChunks {
+		if err := cb.Delete(k); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rows, bad, nil
+}
+
+// deleteChunks deletes every chunk of the entry key from cb.
+func deleteChunks(cb *bolt.Bucket, key []byte) error {
+	c := cb.Cursor()
+	for k, _ := c.Seek(key); k != nil && bytes.HasPrefix(k, key); k, _ = c.Seek(key) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

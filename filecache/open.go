@@ -224,6 +224,7 @@ func (s *Store) loadIndex() error {
 func (s *Store) load(rows []loadedEntry, bad []string) error {
 	var drop []string
 	drop = append(drop, bad...)
+	migrated, lost := 0, 0
 	sort.Slice(rows, func(i, j int) bool { return rows[i].atime < rows[j].atime })
 	for _, r := range rows {
 		e := &entry{
@@ -251,10 +252,19 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 			s.byObj[e.obj] = e
 		}
 		s.used += e.bytes
+		if r.rec.format == recordV1 {
+			// Written again in format 2 by the first commit.
+			s.markAllDirtyLocked(e)
+			migrated++
+		}
+		lost += r.lostChunks
+	}
+	if migrated > 0 {
+		s.log.Info("cache index: entries of the unchunked format are written again, chunked, at the first commit", "entries", migrated)
 	}
 	orphans := s.removeOrphans()
-	if orphans > 0 || len(drop) > 0 {
-		s.log.Info("cache cleaned up", "orphan_files", orphans, "stale_entries", len(drop))
+	if orphans > 0 || len(drop) > 0 || lost > 0 {
+		s.log.Info("cache cleaned up", "orphan_files", orphans, "stale_entries", len(drop), "damaged_chunks", lost)
 	}
 	if len(drop) == 0 {
 		return nil
@@ -300,6 +310,9 @@ func (s *Store) deleteRows(keys []string) error {
 					return err
 				}
 				if err := tx.Bucket(atimeBucket).Delete([]byte(k)); err != nil {
+					return err
+				}
+				if err := deleteChunks(tx.Bucket(chunksBucket), []byte(k)); err != nil {
 					return err
 				}
 			}

@@ -252,7 +252,7 @@ func (s *Store) dropLocked(e *entry, idx int64, want uint32) bool {
 	if e.checked != nil {
 		e.checked.clear(idx)
 	}
-	s.markDirtyLocked(e, true)
+	s.markBlocksDirtyLocked(e, idx, idx+1)
 	return true
 }
 

@@ -119,6 +119,8 @@ type hooks struct {
 	// admitAll turns admission off (plain LRU: every write may evict),
 	// for tests of eviction's mechanics rather than its policy.
 	admitAll bool
+	// indexPut sees every key and value a commit puts in the index.
+	indexPut func(key, val []byte)
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -154,13 +156,18 @@ type entry struct {
 	holds      int  // GUARDED_BY(Store.mu)
 	writing    int  // GUARDED_BY(Store.mu); writes in flight
 	live       bool // GUARDED_BY(Store.mu); false once evicted
-	metaDirty  bool // GUARDED_BY(Store.mu)
+	metaDirty  bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
 	atimeDirty bool // GUARDED_BY(Store.mu)
 	// refs counts e's recent references, the last at Store.clock refAt;
 	// referred: e was referenced since the store opened (admit.go).
 	refs     uint8 // GUARDED_BY(Store.mu)
 	refAt    int64 // GUARDED_BY(Store.mu)
 	referred bool  // GUARDED_BY(Store.mu)
+	// dirtyChunks are the chunks but 0 changed since the last commit;
+	// resetChunks: the index may hold chunks that memory no longer has
+	// (the file was created again), and the commit deletes them first.
+	dirtyChunks map[int64]struct{} // GUARDED_BY(Store.mu)
+	resetChunks bool               // GUARDED_BY(Store.mu)
 	// verified is the data file's stamp when WholeFile.Check last read
 	// it whole (or reads covered it, readCheck): while the file shows
 	// it, it has not been written since.

@@ -292,7 +292,7 @@ func (s *Store) storedLocked(e *entry, w *blockWrite) (excess []*entry) {
 		e.bytes += w.needs[w.stored]
 	}
 	if w.stored > 0 {
-		s.markDirtyLocked(e, true)
+		s.markBlocksDirtyLocked(e, w.first, w.first+int64(w.stored))
 		s.dirtyBlocks += w.stored
 	}
 	return excess
