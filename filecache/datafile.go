@@ -46,17 +46,18 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		return f, nil
 	}
 
-	f, err := os.OpenFile(e.path, os.O_RDWR, 0)
+	path := s.pathFor(e.key)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	created := false
 	if errors.Is(err, fs.ErrNotExist) && create {
 		if err = s.dirRemoved(); err == nil {
-			err = os.MkdirAll(filepath.Dir(e.path), 0o700)
+			err = os.MkdirAll(filepath.Dir(path), 0o700)
 		}
 		if err == nil {
-			f, err = os.OpenFile(e.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+			f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 			created = err == nil
 			if errors.Is(err, fs.ErrExist) { // not ours to reset
-				f, err = os.OpenFile(e.path, os.O_RDWR, 0)
+				f, err = os.OpenFile(path, os.O_RDWR, 0)
 			}
 		}
 	}

@@ -139,7 +139,7 @@ func (s *Store) finishEvictions(es []*entry) {
 		f := s.detachFileLocked(e)
 		s.mu.Unlock()
 		f.close()
-		if err := os.Remove(e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(s.pathFor(e.key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("cannot remove evicted cache file", "err", err)
 		}
 		s.mu.Lock()

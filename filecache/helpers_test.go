@@ -206,7 +206,7 @@ func (s *Store) checkInvariants(t *testing.T) {
 	}
 	s.mu.Unlock()
 	for _, b := range blks {
-		f, err := os.Open(b.e.path)
+		f, err := os.Open(s.pathFor(b.e.key))
 		if !assert.NoError(t, err) {
 			continue
 		}

@@ -229,16 +229,16 @@ func (s *Store) load(rows []loadedEntry, bad []string) error {
 	for _, r := range rows {
 		e := &entry{
 			key: r.key, obj: Key{Name: r.rec.name, Version: r.rec.version, Size: r.rec.size},
-			nblocks: numBlocks(r.rec.size, r.rec.blockSize), path: s.pathFor(r.key),
+			nblocks: numBlocks(r.rec.size, r.rec.blockSize),
 			present: r.rec.present, crcs: r.rec.crcs, atime: r.atime, live: true,
 		}
 		if r.rec.blockSize != s.blockSize {
 			drop = append(drop, r.key)
-			os.Remove(e.path)
+			os.Remove(s.pathFor(r.key))
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(e.path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		if err := unix.Lstat(s.pathFor(r.key), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 			drop = append(drop, r.key)
 			continue
 		}
@@ -292,7 +292,7 @@ func (s *Store) removeOrphans() int {
 			}
 			return nil
 		}
-		if e, ok := s.entries[d.Name()]; !ok || e.path != p {
+		if e, ok := s.entries[d.Name()]; !ok || s.pathFor(e.key) != p {
 			orphans++
 			os.Remove(p)
 		}

@@ -128,7 +128,7 @@ func (m *randomModel) corrupt(o Key) {
 	var path string
 	var idx int64 = -1
 	if e != nil {
-		path = e.path
+		path = s.pathFor(e.key)
 		for i := int64(0); i < e.nblocks; i++ {
 			if e.present.get(i) {
 				idx = i

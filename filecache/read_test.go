@@ -14,7 +14,7 @@ func TestIntegrityFlippedByte(t *testing.T) {
 	o := obj("x", 4*testBS)
 	require.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
 	s.mu.Lock()
-	path := s.entries[s.keyFor(o)].path
+	path := s.pathFor(s.keyFor(o))
 	s.mu.Unlock()
 
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -54,7 +54,7 @@ func TestReadBlocksStoppedShort(t *testing.T) {
 	o := obj("x", 8*testBS)
 	require.Equal(t, 8, s.WriteBlocks(o, 0, blocksData(o, 0, 8, testBS)))
 	s.mu.Lock()
-	path := s.entries[s.keyFor(o)].path
+	path := s.pathFor(s.keyFor(o))
 	s.mu.Unlock()
 	require.NoError(t, os.Truncate(path, 3*testBS+100))
 
@@ -80,7 +80,7 @@ func TestReadBlocks(t *testing.T) {
 	require.Equal(t, 3, s.WriteBlocks(o, 1, blocksData(o, 1, 3, testBS)))
 	require.Equal(t, 3, s.WriteBlocks(o, 6, blocksData(o, 6, 3, testBS)))
 	s.mu.Lock()
-	path := s.entries[s.keyFor(o)].path
+	path := s.pathFor(s.keyFor(o))
 	s.mu.Unlock()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	require.NoError(t, err)

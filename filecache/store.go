@@ -135,10 +135,8 @@ type deletion struct {
 type entry struct {
 	// Constant data
 	key     string // keyFor(obj): hex SHA-256, also the file name
-	own     bool   // cached for this BucketID (not left by another bucket)
 	obj     Key
 	nblocks int64
-	path    string
 
 	// Mutable state
 	present  bitmap        // GUARDED_BY(Store.mu)
@@ -153,30 +151,35 @@ type entry struct {
 	direct *os.File // GUARDED_BY(Store.mu)
 	pins   int      // GUARDED_BY(Store.mu); reads and writes in flight, and holds
 	// holds: WholeFiles handed out (whole.go), long-lived pins.
-	holds      int  // GUARDED_BY(Store.mu)
-	writing    int  // GUARDED_BY(Store.mu); writes in flight
-	live       bool // GUARDED_BY(Store.mu); false once evicted
-	metaDirty  bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
-	atimeDirty bool // GUARDED_BY(Store.mu)
+	holds   int // GUARDED_BY(Store.mu)
+	writing int // GUARDED_BY(Store.mu); writes in flight
 	// refs counts e's recent references, the last at Store.clock refAt;
 	// referred: e was referenced since the store opened (admit.go).
-	refs     uint8 // GUARDED_BY(Store.mu)
-	refAt    int64 // GUARDED_BY(Store.mu)
-	referred bool  // GUARDED_BY(Store.mu)
+	refAt int64 // GUARDED_BY(Store.mu)
 	// dirtyChunks are the chunks but 0 changed since the last commit;
 	// resetChunks: the index may hold chunks that memory no longer has
 	// (the file was created again), and the commit deletes them first.
 	dirtyChunks map[int64]struct{} // GUARDED_BY(Store.mu)
-	resetChunks bool               // GUARDED_BY(Store.mu)
+
+	// The small fields together, so that an entry (one per cached object,
+	// a million and more on a large cache) packs without padding.
+	own         bool  // constant: cached for this BucketID (not left by another bucket)
+	live        bool  // GUARDED_BY(Store.mu); false once evicted
+	metaDirty   bool  // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
+	atimeDirty  bool  // GUARDED_BY(Store.mu)
+	refs        uint8 // GUARDED_BY(Store.mu)
+	referred    bool  // GUARDED_BY(Store.mu)
+	resetChunks bool  // GUARDED_BY(Store.mu)
+	// wantReadCheck: WholeFile.CheckAsRead asked that reads through the
+	// store count toward a check of the whole file; readCheck is that
+	// count since its stamp (whole.go). Both are reset when a block goes.
+	wantReadCheck bool // GUARDED_BY(Store.mu)
+
+	readCheck *readCheck // GUARDED_BY(Store.mu)
 	// verified is the data file's stamp when WholeFile.Check last read
 	// it whole (or reads covered it, readCheck): while the file shows
 	// it, it has not been written since.
 	verified fileStamp // GUARDED_BY(Store.mu)
-	// wantReadCheck: WholeFile.CheckAsRead asked that reads through the
-	// store count toward a check of the whole file; readCheck is that
-	// count since its stamp (whole.go). Both are reset when a block goes.
-	wantReadCheck bool       // GUARDED_BY(Store.mu)
-	readCheck     *readCheck // GUARDED_BY(Store.mu)
 	// checked: the blocks read from the data file and found good since
 	// the store opened, while the file showed checkedStamp (splice.go);
 	// nil if none.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -472,4 +473,12 @@ func TestBucketIDsShareADir(t *testing.T) {
 	s = openT(t, Config{Dir: dir, BucketID: "gs://a"}, hooks{})
 	assert.False(t, s.HasBlock(o, 0))
 	assert.False(t, s.HasBlock(other, 0), "b's object is not a's")
+}
+
+// TestEntryStaysSmall: the in-memory entry, one per cached object (a
+// million and more on a large cache), stays in the 384-byte size class:
+// its small fields packed together, its data file's path computed, not
+// kept.
+func TestEntryStaysSmall(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(entry{}), uintptr(384))
 }

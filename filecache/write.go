@@ -165,7 +165,7 @@ func (s *Store) entryForWriteLocked(obj Key, key string) (e *entry, isNew bool) 
 	}
 	e = &entry{
 		key: key, own: true, obj: obj,
-		nblocks: numBlocks(obj.Size, s.blockSize), path: s.pathFor(key), live: true,
+		nblocks: numBlocks(obj.Size, s.blockSize), live: true,
 	}
 	e.present = newBitmap(e.nblocks)
 	e.crcs = make([]uint32, e.nblocks)
