@@ -370,7 +370,7 @@ func TestFullVolumeWithoutFloorEvicts(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	const bs = 64 << 10
-	s, err := open(Config{Dir: filepath.Join(mnt, "cache"), MaxSize: 1 << 30, BlockSize: bs, BucketID: "b"}, hooks{admitAll: true})
+	s, err := open(Config{Dir: filepath.Join(mnt, "cache"), MaxSize: 1 << 30, BlockSize: bs, BucketID: "b"}, hooks{})
 	require.NoError(t, err)
 	defer s.Close()
 	for i := range 10 {

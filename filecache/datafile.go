@@ -84,18 +84,6 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 			s.markDirtyLocked(e, true)
 		}
 	}
-	toClose := s.trimOpenLocked()
-	s.mu.Unlock()
-	closeAll(toClose)
-	return f, nil
-}
-
-// trimOpenLocked detaches the least recently used unpinned files while
-// more than maxOpen are open, for the caller to close outside the lock.
-// Pinned files are passed by: the open that went over the bound, or the
-// last unpin, trims them later.
-// LOCKS_REQUIRED(s.mu)
-func (s *Store) trimOpenLocked() []openFiles {
 	var toClose []openFiles
 	for el := s.open.Back(); el != nil && s.open.Len() > s.hooks.maxOpen; {
 		o := el.Value.(*entry)
@@ -104,13 +92,11 @@ func (s *Store) trimOpenLocked() []openFiles {
 			toClose = append(toClose, s.detachFileLocked(o))
 		}
 	}
-	return toClose
-}
-
-func closeAll(files []openFiles) {
-	for _, f := range files {
-		f.close()
+	s.mu.Unlock()
+	for _, c := range toClose {
+		c.close()
 	}
+	return f, nil
 }
 
 // openedFile returns e's data file if it is open, else nil.

@@ -10,11 +10,7 @@
 // present and a CRC32C per block is checked on every read. A bbolt index
 // (Dir/v1/index.db) keeps bitmaps, CRCs and access times across restarts;
 // entries are evicted whole, least recently used first, to stay under
-// MaxSize and above MinFree, but a write may evict an entry for its object
-// only if that object was referenced more often lately (admit.go): a
-// dataset larger than the cache, read epoch after epoch, keeps a stable
-// part of itself cached instead of evicting each file just before it is
-// read again.
+// MaxSize and above MinFree.
 //
 // # Index format
 //
@@ -62,8 +58,8 @@
 // Dir cannot be created or is locked, and the caller may then run without
 // a disk cache. A configuration it cannot use (sizes, a Dir other users
 // could change) fails with an error wrapping ErrInvalid. Entries left by
-// another BucketID in a shared Dir count toward the limit and age out as
-// any entry not read this run.
+// another BucketID in a shared Dir count toward the limit and age out by
+// LRU.
 //
 // # Files read without the store
 //

@@ -14,24 +14,6 @@ import (
 // the lock, and a test for whether n bytes now fit.
 // LOCKS_REQUIRED(s.mu)
 func (s *Store) makeRoomLocked(need int64, keep *entry, avail int64) ([]*entry, func(int64) bool) {
-	return s.evictForLocked(need, keep, nil, avail)
-}
-
-// admitLocked is makeRoomLocked for a write to c that needs need more
-// bytes: it restores the limit and the floor whatever c is, and then
-// evicts for c only entries c is admitted over (admit.go).
-// LOCKS_REQUIRED(s.mu)
-func (s *Store) admitLocked(need int64, c *entry, avail int64) ([]*entry, func(int64) bool) {
-	victims, fit := s.evictForLocked(0, c, nil, avail)
-	more, _ := s.evictForLocked(need, c, c, avail)
-	return append(victims, more...), fit
-}
-
-// evictForLocked evicts from the least recently used end, passing keep
-// and held entries by, until need more bytes fit, nothing is left, or
-// (with a candidate c) the next victim is one c is not admitted over.
-// LOCKS_REQUIRED(s.mu)
-func (s *Store) evictForLocked(need int64, keep, c *entry, avail int64) ([]*entry, func(int64) bool) {
 	// Evicted bytes count as free at once (pendingFree): the unlink
 	// happens outside the lock, maybe later if the file is pinned.
 	// A floor of 0 still keeps writes within the free space: with a
@@ -52,9 +34,6 @@ func (s *Store) evictForLocked(need int64, keep, c *entry, avail int64) ([]*entr
 		if e == keep || e.holds > 0 {
 			continue
 		}
-		if c != nil && !s.admitsLocked(c, e) {
-			break
-		}
 		if v := s.evictLocked(e); v != nil {
 			victims = append(victims, v)
 		}
@@ -71,7 +50,6 @@ func (s *Store) evictLocked(e *entry) *entry {
 		return nil
 	}
 	e.live = false
-	s.buryLocked(e)
 	s.lru.Remove(e.elem)
 	e.elem = nil
 	delete(s.entries, e.key)
@@ -98,7 +76,6 @@ func (s *Store) evictLocked(e *entry) *entry {
 // before the key is written again. (If a flush recorded it already, the
 // next start drops the record: its file is missing.) LOCKS_REQUIRED(s.mu)
 func (s *Store) abandonLocked(e *entry) {
-	s.buryLocked(e)
 	s.lru.Remove(e.elem)
 	delete(s.entries, e.key)
 	delete(s.byObj, e.obj)
@@ -115,9 +92,7 @@ func (s *Store) unpin(e *entry) {
 	if s.unpinLocked(e) {
 		finish = e
 	}
-	files := s.trimOpenLocked()
 	s.mu.Unlock()
-	closeAll(files)
 	s.finishEvictions([]*entry{finish})
 }
 
@@ -154,11 +129,9 @@ func (s *Store) finishEvictions(es []*entry) {
 	}
 }
 
-// touchLocked marks e most recently used, and counts the reference
-// (admit.go).
+// touchLocked marks e most recently used.
 // LOCKS_REQUIRED(s.mu)
 func (s *Store) touchLocked(e *entry) {
-	s.referLocked(e)
 	s.lru.MoveToFront(e.elem)
 	e.atime = time.Now().UnixNano()
 	if !e.atimeDirty {

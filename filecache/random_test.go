@@ -184,7 +184,7 @@ func (m *randomModel) check() {
 // Every hit must be byte-correct.
 func TestConcurrentReadWriteEvict(t *testing.T) {
 	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir, MaxSize: 16 * testBS}, hooks{maxOpen: 2, admitAll: true})
+	s := openT(t, Config{Dir: dir, MaxSize: 16 * testBS}, hooks{maxOpen: 2})
 	var objs []Key
 	for i := 0; i < 6; i++ {
 		objs = append(objs, obj(fmt.Sprintf("o%d", i), 8*testBS-100))

@@ -206,9 +206,7 @@ func (s *Store) settleRead(e *entry, r *blockRead, err error) {
 	if s.unpinLocked(e) {
 		finish = e
 	}
-	files := s.trimOpenLocked()
 	s.mu.Unlock()
-	closeAll(files)
 	s.finishEvictions([]*entry{finish})
 	if dropped > 0 {
 		s.countCorrupt(e, dropped, r.first+int64(slices.Index(r.corrupt, true)))

@@ -118,7 +118,7 @@ func TestEvictWhileReading(t *testing.T) {
 		require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
 		require.False(t, s.HasBlock(a, 0))
 	}
-	s = openT(t, Config{Dir: dir, MaxSize: 5 * testBS}, hooks{admitAll: true})
+	s = openT(t, Config{Dir: dir, MaxSize: 5 * testBS}, hooks{})
 	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
 	aPath := s.pathFor(s.keyFor(a))
 	s.hooks.beforeRead = func() {

@@ -84,8 +84,7 @@ type Stats struct {
 	HitBlocks, HitBytes     int64 // blocks ReadBlocks filled or Spliceable handed out
 	MissBlocks, MissBytes   int64 // blocks ReadBlocks did not fill (absent, evicted or corrupt)
 	WriteBlocks, WriteBytes int64 // blocks stored
-	Evictions               int64 // entries evicted (for a write admitted over them, the limit or the floor)
-	RefusedBytes            int64 // bytes writes could not store for want of room (admit.go)
+	Evictions               int64 // entries evicted (LRU, limit or floor)
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
 	WholeChecks             int64 // files WholeFile.Check read and checked whole
@@ -116,9 +115,6 @@ type hooks struct {
 	// inCommit runs inside flush's index transaction (tests make it panic
 	// as bbolt does on a damaged page).
 	inCommit func()
-	// admitAll turns admission off (plain LRU: every write may evict),
-	// for tests of eviction's mechanics rather than its policy.
-	admitAll bool
 	// indexPut sees every key and value a commit puts in the index.
 	indexPut func(key, val []byte)
 }
@@ -153,9 +149,6 @@ type entry struct {
 	// holds: WholeFiles handed out (whole.go), long-lived pins.
 	holds   int // GUARDED_BY(Store.mu)
 	writing int // GUARDED_BY(Store.mu); writes in flight
-	// refs counts e's recent references, the last at Store.clock refAt;
-	// referred: e was referenced since the store opened (admit.go).
-	refAt int64 // GUARDED_BY(Store.mu)
 	// dirtyChunks are the chunks but 0 changed since the last commit;
 	// resetChunks: the index may hold chunks that memory no longer has
 	// (the file was created again), and the commit deletes them first.
@@ -163,13 +156,11 @@ type entry struct {
 
 	// The small fields together, so that an entry (one per cached object,
 	// a million and more on a large cache) packs without padding.
-	own         bool  // constant: cached for this BucketID (not left by another bucket)
-	live        bool  // GUARDED_BY(Store.mu); false once evicted
-	metaDirty   bool  // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
-	atimeDirty  bool  // GUARDED_BY(Store.mu)
-	refs        uint8 // GUARDED_BY(Store.mu)
-	referred    bool  // GUARDED_BY(Store.mu)
-	resetChunks bool  // GUARDED_BY(Store.mu)
+	own         bool // constant: cached for this BucketID (not left by another bucket)
+	live        bool // GUARDED_BY(Store.mu); false once evicted
+	metaDirty   bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
+	atimeDirty  bool // GUARDED_BY(Store.mu)
+	resetChunks bool // GUARDED_BY(Store.mu)
 	// wantReadCheck: WholeFile.CheckAsRead asked that reads through the
 	// store count toward a check of the whole file; readCheck is that
 	// count since its stamp (whole.go). Both are reset when a block goes.
@@ -245,13 +236,7 @@ type Store struct {
 	// (whole.go); they stay on disk until released, so they still count.
 	heldEvicted int64           // GUARDED_BY(mu)
 	loggedKinds map[string]bool // GUARDED_BY(mu)
-	// clock counts the bytes offered to the cache by writes; counts age
-	// when it passes nextAge. ghosts: the reference history of objects
-	// not cached, by ghostID (admit.go).
-	clock   int64            // GUARDED_BY(mu)
-	nextAge int64            // GUARDED_BY(mu)
-	ghosts  map[uint64]ghost // GUARDED_BY(mu)
-	closed  bool             // GUARDED_BY(mu)
+	closed      bool            // GUARDED_BY(mu)
 
 	// noDirect: the volume refused O_DIRECT (tmpfs before Linux 6.6,
 	// some FUSE and network file systems); write through the page cache.
@@ -260,7 +245,6 @@ type Store struct {
 	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
 	writeBlocks, writeBytes                    atomic.Int64
 	evictions, corrupt, writeErrors            atomic.Int64
-	refusedBytes                               atomic.Int64
 	wholeChecks, wholeCheckedBytes             atomic.Int64
 	readChecks                                 atomic.Int64
 	splicedBlocks, splicedBytes                atomic.Int64
@@ -297,10 +281,9 @@ func (s *Store) Stats() Stats {
 		HitBlocks: s.hitBlocks.Load(), HitBytes: s.hitBytes.Load(),
 		MissBlocks: s.missBlocks.Load(), MissBytes: s.missBytes.Load(),
 		WriteBlocks: s.writeBlocks.Load(), WriteBytes: s.writeBytes.Load(),
-		Evictions: s.evictions.Load(), RefusedBytes: s.refusedBytes.Load(),
-		CorruptBlocks: s.corrupt.Load(),
-		WriteErrors:   s.writeErrors.Load(),
-		WholeChecks:   s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
+		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
+		WriteErrors: s.writeErrors.Load(),
+		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
 		ReadChecks:    s.readChecks.Load(),
 		SplicedBlocks: s.splicedBlocks.Load(), SplicedBytes: s.splicedBytes.Load(),
 		Entries: n, UsedBytes: used, LimitBytes: s.limit,

@@ -137,7 +137,7 @@ func TestPersistAcrossReopen(t *testing.T) {
 func TestEvictionKeepsUnderCap(t *testing.T) {
 	dir := t.TempDir()
 	const limit = 20 * testBS
-	s := openT(t, Config{Dir: dir, MaxSize: limit}, hooks{admitAll: true})
+	s := openT(t, Config{Dir: dir, MaxSize: limit}, hooks{})
 	var objs []Key
 	for i := 0; i < 30; i++ {
 		o := obj(fmt.Sprintf("o%d", i), 3*testBS+7)
@@ -173,7 +173,7 @@ func TestMinFreeHonoured(t *testing.T) {
 	// with 16 blocks taken by someone else.
 	const volume, other, minFree = 64 * testBS, 16 * testBS, 24 * testBS
 	statfs := func(string) (int64, int64, error) { return volume - other - du(t, dir), volume, nil }
-	s := openT(t, Config{Dir: dir, MaxSize: volume, MinFree: minFree}, hooks{statfs: statfs, admitAll: true})
+	s := openT(t, Config{Dir: dir, MaxSize: volume, MinFree: minFree}, hooks{statfs: statfs})
 	for i := 0; i < 20; i++ {
 		o := obj(fmt.Sprintf("o%d", i), 4*testBS)
 		assert.Equal(t, 4, s.WriteBlocks(o, 0, blocksData(o, 0, 4, testBS)))
@@ -379,7 +379,7 @@ func TestMetrics(t *testing.T) {
 	readOK(t, s, q, 0)
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 17, n)
+	assert.Equal(t, 16, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ferry_cache_min_free_bytes Free space the cache leaves on its volume (--cache-min-free): it evicts to keep it.
 # TYPE ferry_cache_min_free_bytes gauge
@@ -431,7 +431,7 @@ ferry_cache_spliced_bytes_total 4096
 func TestFailedCommitIsRetried(t *testing.T) {
 	dir := t.TempDir()
 	var fail error
-	h := hooks{syncData: func(*os.File) error { return fail }, admitAll: true}
+	h := hooks{syncData: func(*os.File) error { return fail }}
 	s := openT(t, Config{Dir: dir, MaxSize: 3 * testBS}, h)
 	s.flushMu.Lock()
 	s.syncEvery = 0 // sync before every commit, so a failing sync fails it

@@ -112,15 +112,10 @@ func (s *Store) reserveWrite(obj Key, w *blockWrite) *entry {
 			w.needs[i+1] += (bl + s.fsBlock - 1) / s.fsBlock * s.fsBlock
 		}
 	}
-	// Misses are the clock that ages references (admit.go).
-	s.tickLocked(w.needs[len(w.lens)])
-	victims, fit := s.admitLocked(w.needs[len(w.lens)], e, w.avail)
+	victims, fit := s.makeRoomLocked(w.needs[len(w.lens)], e, w.avail)
 	k := len(w.lens)
 	for k > 0 && !fit(w.needs[k]) {
 		k--
-	}
-	for _, bl := range w.lens[k:] {
-		s.refusedBytes.Add(bl)
 	}
 	if k == 0 {
 		if isNew {
@@ -169,7 +164,6 @@ func (s *Store) entryForWriteLocked(obj Key, key string) (e *entry, isNew bool) 
 	}
 	e.present = newBitmap(e.nblocks)
 	e.crcs = make([]uint32, e.nblocks)
-	s.reviveLocked(e)
 	e.elem = s.lru.PushFront(e)
 	s.entries[key] = e
 	s.byObj[obj] = e
@@ -246,10 +240,8 @@ func (s *Store) settleWrite(e *entry, w *blockWrite, ok bool) {
 	}
 	kick := s.dirtyBlocks >= flushBlocks
 	finish := s.unpinLocked(e) && !abandon
-	trimmed := s.trimOpenLocked()
 	s.mu.Unlock()
 	files.close()
-	closeAll(trimmed)
 	s.finishEvictions(excess)
 	if finish {
 		s.finishEvictions([]*entry{e})
