@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -200,4 +201,32 @@ func TestRecreatedFileDropsItsChunks(t *testing.T) {
 	assert.True(t, readOK(t, s, a, last), "written to the new file")
 	assert.Zero(t, s.Stats().CorruptBlocks)
 	s.checkInvariants(t)
+}
+
+// TestDeleteChunksTakesNoPrefix: deleting the chunks of a damaged row's
+// key, shorter than an entry's, leaves the chunks of the entries whose
+// keys start with it.
+func TestDeleteChunksTakesNoPrefix(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "index"), 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	key := []byte(strings.Repeat("ab", 32))
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		cb, err := tx.CreateBucket(chunksBucket)
+		if err != nil {
+			return err
+		}
+		if err := cb.Put(chunkKey(key, 1), []byte("chunk")); err != nil {
+			return err
+		}
+		if err := deleteChunks(cb, key[:10]); err != nil {
+			return err
+		}
+		assert.NotNil(t, cb.Get(chunkKey(key, 1)), "a short key is no prefix")
+		if err := deleteChunks(cb, key); err != nil {
+			return err
+		}
+		assert.Nil(t, cb.Get(chunkKey(key, 1)), "the entry's own key deletes its chunks")
+		return nil
+	}))
 }

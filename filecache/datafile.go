@@ -75,14 +75,14 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		clear(e.crcs)
 		e.wantReadCheck, e.readCheck = false, nil
 		e.checked, e.checkedStamp = nil, fileStamp{}
-		if e.bytes > 0 {
-			s.used -= e.bytes
-			e.bytes = 0
-			// Every chunk is empty now: delete those the index holds.
-			clear(e.dirtyChunks)
-			e.resetChunks = numChunks(e.nblocks) > 1
-			s.markDirtyLocked(e, true)
-		}
+		s.used -= e.bytes
+		e.bytes = 0
+		// Every chunk is empty now: delete those the index holds, also
+		// where the old file showed no blocks allocated (a crash before
+		// its blocks reached the disk) while the index recorded some.
+		clear(e.dirtyChunks)
+		e.resetChunks = numChunks(e.nblocks) > 1
+		s.markDirtyLocked(e, true)
 	}
 	var toClose []openFiles
 	for el := s.open.Back(); el != nil && s.open.Len() > s.hooks.maxOpen; {

@@ -275,8 +275,14 @@ func loadRows(tx *bolt.Tx) (rows []loadedEntry, bad []string, err error) {
 	return rows, bad, nil
 }
 
-// deleteChunks deletes every chunk of the entry key from cb.
+// deleteChunks deletes every chunk of the entry key from cb. A key that
+// is not an entry's (a damaged row's) owns no chunk, and is not taken as
+// a prefix: it could be the start of other entries' keys. Chunks whose
+// entry is gone are deleted at open anyway.
 func deleteChunks(cb *bolt.Bucket, key []byte) error {
+	if len(key) != 64 {
+		return nil
+	}
 	c := cb.Cursor()
 	for k, _ := c.Seek(key); k != nil && bytes.HasPrefix(k, key); k, _ = c.Seek(key) {
 		if err := c.Delete(); err != nil {

@@ -210,7 +210,10 @@ func (s *Store) loadIndex() error {
 	if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
 		return err
 	}
+	// The work load marked (entries migrated from the old format) was
+	// for the index just moved aside.
 	s.entries, s.byObj, s.lru, s.used = map[string]*entry{}, map[Key]*entry{}, list.New(), 0
+	s.dirty, s.deleted = map[string]*entry{}, map[string]struct{}{}
 	if err := s.load(nil, nil); err != nil {
 		s.db.Close()
 		return err
