@@ -61,7 +61,10 @@ func (r hugeRegion) label() string {
 
 // gibLabel is sizeLabel with gibibytes: "199g", "1m", "0".
 func gibLabel(n int64) string {
-	if n > 0 && n%(1<<30) == 0 {
+	if n == 0 {
+		return "0"
+	}
+	if n%(1<<30) == 0 {
 		return fmt.Sprintf("%dg", n>>30)
 	}
 	return sizeLabel(n)
@@ -345,7 +348,8 @@ func cpuPerGiB(r Row) float64 { return ratio(r.FerryCPU, float64(r.Bytes)/(1<<30
 // the peak RSS of every huge-object row at most --memory-limit + 96 MiB
 // (memoryLimit 0: unknown, skipped), and random reads at least 90% of
 // the base's rate (the issue asks for "as in a 1 GiB one"; 90% is this
-// bench's reading of it). Rows that did not run are skipped.
+// bench's reading of it). Rows that did not run are skipped. The goals
+// set no AtLeast: they have no store-direct figure to be judged by.
 func hugeTargets(rows []Row, memoryLimit int64) []Target {
 	var out []Target
 	var peak Row
@@ -362,7 +366,7 @@ func hugeTargets(rows []Row, memoryLimit int64) []Target {
 		}
 		v := ratio(r.Rate(), base.Rate())
 		out = append(out, Target{What: fmt.Sprintf("%s: cold sequential read of %d MiB, rate of the base object's", r.Workload, r.Bytes>>20),
-			Value: v, Want: ">= 90%", Met: v >= 0.9, AtLeast: 0.9,
+			Value: v, Want: ">= 90%", Met: v >= 0.9,
 			Shown: fmt.Sprintf("%.0f%% (%.0f / %.0f MiB/s)", 100*v, r.Rate()/mib, base.Rate()/mib)})
 		c := ratio(cpuPerGiB(r), cpuPerGiB(base))
 		out = append(out, Target{What: fmt.Sprintf("%s: ferry CPU-s per GiB over the base object's", r.Workload),
@@ -374,7 +378,7 @@ func hugeTargets(rows []Row, memoryLimit int64) []Target {
 	if ok1 && ok2 {
 		v := ratio(many.Rate(), one.Rate())
 		out = append(out, Target{What: fmt.Sprintf("%s: cold random %s reads, rate of the base object's", hugeName, sizeLabel(hugeRead)),
-			Value: v, Want: ">= 90%", Met: v >= 0.9, AtLeast: 0.9,
+			Value: v, Want: ">= 90%", Met: v >= 0.9,
 			Shown: fmt.Sprintf("%.0f%% (%.0f / %.0f MiB/s)", 100*v, many.Rate()/mib, one.Rate()/mib)})
 	}
 	if peak.Workload != "" && memoryLimit > 0 {

@@ -27,6 +27,9 @@ func TestHugeRegionsLayout(t *testing.T) {
 	if got := rs[3].label(); got != "huge@199g" {
 		t.Errorf("label %q", got)
 	}
+	if got := rs[0].label(); got != "huge@0" {
+		t.Errorf("label %q", got)
+	}
 	for _, bad := range [][2]int64{{3 << 30, 1 << 30}, {200 << 30, 0}, {200 << 30, 1<<20 + 1}, {4<<20 - 1, 1 << 20}} {
 		if _, err := hugeRegions(bad[0], bad[1]); err == nil {
 			t.Errorf("hugeRegions(%d, %d): no error", bad[0], bad[1])
