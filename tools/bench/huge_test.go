@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,5 +183,25 @@ func TestHugeTargets(t *testing.T) {
 	}
 	if ts := hugeTargets(rows[1:2], 512<<20); len(ts) != 1 || !ts[0].Met {
 		t.Errorf("no base row: %+v, want the RSS target alone, met", ts)
+	}
+}
+
+func TestHugeOptions(t *testing.T) {
+	o, err := parseArgs([]string{"run", "--workloads", "huge"}, io.Discard)
+	if err != nil || o.HugeSize != 200<<30 || o.HugeRegion != 1<<30 || o.HugeRecords != 512 {
+		t.Fatalf("--workloads huge: %+v, %v", o, err)
+	}
+	if o, _ := parseArgs([]string{"run"}, io.Discard); contains(o.Workloads, hugeName) {
+		t.Error("huge is in the default set")
+	}
+	for _, args := range [][]string{
+		{"run", "--workloads", "huge", "--huge-size", "3GiB"},
+		{"run", "--workloads", "huge", "--huge-region", "1000KiB"},
+		{"run", "--workloads", "huge", "--huge-records", "0"},
+		{"run", "--workloads", "huge", "--target-dir", "/mnt"},
+	} {
+		if _, err := parseArgs(args, io.Discard); err == nil {
+			t.Errorf("%v: no error", args)
+		}
 	}
 }
