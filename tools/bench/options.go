@@ -71,6 +71,11 @@ type Options struct {
 	OverCacheFiles  int   `json:"over_cache_files,omitempty"`
 	OverCacheSize   int64 `json:"over_cache_size,omitempty"`
 	OverCacheEpochs int   `json:"over_cache_epochs,omitempty"`
+
+	// A huge sparse object on file:// (huge.go).
+	HugeSize    int64 `json:"huge_size,omitempty"`
+	HugeRegion  int64 `json:"huge_region,omitempty"`
+	HugeRecords int   `json:"huge_records,omitempty"`
 }
 
 // allWorkloads in the order they run.
@@ -117,6 +122,7 @@ func defaultOptions(command string) Options {
 		Accelerators: 1, MLPerfReaders: 4, MLPerfScale: 1,
 		UNet3DFiles: 28, ResNet50Files: 6, CosmoFiles: 600,
 		OverCacheFiles: 192, OverCacheSize: 1 << 20, OverCacheEpochs: 4,
+		HugeSize: 200 << 30, HugeRegion: 1 << 30, HugeRecords: 512,
 	}
 	if command == "demo" {
 		// A few hundred MiB: one minute on the emulated link, epochs included.
@@ -188,6 +194,9 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.OverCacheFiles, "over-cache-files", o.OverCacheFiles, "over-cache: files of the dataset read over a cache of 1/1.5 and 1/3 of its size")
 	fs.Var(sizeFlag{&o.OverCacheSize}, "over-cache-size", "over-cache: size of each file")
 	fs.IntVar(&o.OverCacheEpochs, "over-cache-epochs", o.OverCacheEpochs, "over-cache: epochs read on each mount")
+	fs.Var(sizeFlag{&o.HugeSize}, "huge-size", "huge: size of the sparse object on file://")
+	fs.Var(sizeFlag{&o.HugeRegion}, "huge-region", "huge: bytes written and read sequentially at each of its four offsets (0, a third, two thirds, the end), and the size of the base object it is compared with")
+	fs.IntVar(&o.HugeRecords, "huge-records", o.HugeRecords, "huge: random 1 MiB reads of the base object, and as many across the huge object's regions")
 
 	if err := fs.Parse(args[1:]); err != nil {
 		return Options{}, err
@@ -206,8 +215,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		if w == "" {
 			continue
 		}
-		if !contains(allWorkloads, w) && w != overCacheName {
-			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s, and %s, not run by default)", w, strings.Join(allWorkloads, ","), overCacheName)
+		if !contains(allWorkloads, w) && w != overCacheName && w != hugeName {
+			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s, and %s and %s, not run by default)", w, strings.Join(allWorkloads, ","), overCacheName, hugeName)
 		}
 		o.Workloads = append(o.Workloads, w)
 	}
@@ -240,10 +249,19 @@ func (o Options) validate() error {
 		return errors.New("--over-cache-files and --over-cache-size must be positive and --over-cache-epochs at least 2")
 	case contains(o.Workloads, overCacheName) && o.TargetDir != "":
 		return fmt.Errorf("--target-dir: %s measures ferry's own cache; it cannot run on another file system", overCacheName)
+	case contains(o.Workloads, hugeName) && o.TargetDir != "":
+		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", hugeName)
+	case contains(o.Workloads, hugeName) && o.HugeRecords <= 0:
+		return errors.New("--huge-records must be positive")
 	case o.Command == "generate" && o.DataDir == "":
 		return errors.New("generate: --data-dir is where the dataset is written")
 	case o.Command == "render" && (o.From == "" || o.Out == ""):
 		return errors.New("render: --from results.json and --out DIR are required")
+	}
+	if contains(o.Workloads, hugeName) {
+		if _, err := hugeRegions(o.HugeSize, o.HugeRegion); err != nil {
+			return err
+		}
 	}
 	for _, a := range o.FerryArgs {
 		switch a {

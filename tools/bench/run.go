@@ -448,6 +448,9 @@ func (rep *Report) derive(ferry bool) {
 	if ferry {
 		rep.Targets = checkTargets(rep.Rows, rep.Paired, rep.Options, memoryLimitOf(rep.Options.FerryArgs))
 	}
+	// The huge workload's rows are ferry's on a file:// source, with or
+	// without a store in the run.
+	rep.Targets = append(rep.Targets, hugeTargets(rep.Rows, memoryLimitOf(rep.Options.FerryArgs))...)
 }
 
 // render writes an earlier run's results again (after the report's format
@@ -506,48 +509,16 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 	ws := buildWorkloads(b.opts, b.spec, b.link)
 
 	if o.TargetDir == "" {
-		b.report.Link = linkJSON(b.link)
 		b.report.FerryArgs = o.FerryArgs
-		// Objects a run killed before its cleanup left behind: the layout
-		// before 9601442 (under the work directory), and this work
-		// directory's in /dev/shm, whose memory would otherwise stay taken
-		// and send this run to disk.
-		_ = os.RemoveAll(filepath.Join(o.WorkDir, "store-"+o.Store))
-		if o.StoreDir == "" {
-			_ = os.RemoveAll(filepath.Join(shmDir, storeDirName(o, shmDir)))
-		} else {
-			if abs, err := filepath.Abs(o.StoreDir); err == nil {
-				o.StoreDir = abs
+		// huge alone reads a file:// source of its own: no store.
+		if needStore := len(ws) > 0 || contains(o.Workloads, overCacheName); needStore {
+			b.report.Link = linkJSON(b.link)
+			stop, err := b.startStore(ctx, o)
+			if err != nil {
+				return err
 			}
-			if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
-				return fmt.Errorf("--store-dir: %w", err)
-			}
+			defer stop()
 		}
-		place := chooseStoreDir(o, b.spec.TotalBytes(), len(b.spec.Files()), realHost)
-		storeDir := place.Dir
-		_ = os.RemoveAll(storeDir)
-		if place.Why != "" {
-			b.logf("the emulator's objects go to disk: %s", place.Why)
-		}
-		tool := emulator.FakeGCS
-		if o.Store == "s3" {
-			tool = emulator.VersityGW
-		}
-		if _, err := emulator.BinaryTelling(ctx, tool, b.logf); err != nil {
-			return err
-		}
-		b.logf("starting the %s emulator behind the emulated link (%v RTT, %.0f MB/s per connection, %.0f MB/s in all), %s", o.Store, o.RTT, o.ConnMBs, o.LinkMBs, place.describe())
-		b.remote, err = StartRemote(ctx, o.Store, storeDir, b.link)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if cerr := b.remote.Close(); cerr != nil {
-				b.logf("stopping the store: %v", cerr)
-			}
-			_ = os.RemoveAll(storeDir)
-		}()
-		b.report.Store = b.remote.Desc + ", " + place.describe()
 		bin := o.FerryBin
 		if bin == "" {
 			t := time.Now()
@@ -557,10 +528,13 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 			}
 			b.logf("built %s in %v", bin, time.Since(t).Round(100*time.Millisecond))
 		}
-		b.ferry = &Ferry{Bin: bin, Source: b.remote.Source, Env: b.remote.Env, LogDir: o.WorkDir,
-			Args: append(append([]string{}, b.remote.Args...), o.FerryArgs...)}
-		if err := b.upload(ctx); err != nil {
-			return err
+		b.ferry = &Ferry{Bin: bin, LogDir: o.WorkDir, Args: o.FerryArgs}
+		if b.remote != nil {
+			b.ferry.Source, b.ferry.Env = b.remote.Source, b.remote.Env
+			b.ferry.Args = append(append([]string{}, b.remote.Args...), o.FerryArgs...)
+			if err := b.upload(ctx); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -620,6 +594,9 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 	if err == nil && b.remote != nil && contains(o.Workloads, overCacheName) {
 		err = b.runOverCache(ctx)
 	}
+	if err == nil && b.ferry != nil && contains(o.Workloads, hugeName) {
+		err = b.runHuge(ctx)
+	}
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -631,6 +608,53 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 		err = errors.Join(err, werr)
 	}
 	return err
+}
+
+// startStore starts the emulated store behind the emulated link, in the
+// place chooseStoreDir picks, and returns what stops it and removes its
+// objects.
+func (b *bench) startStore(ctx context.Context, o Options) (func(), error) {
+	// Objects a run killed before its cleanup left behind: the layout
+	// before 9601442 (under the work directory), and this work
+	// directory's in /dev/shm, whose memory would otherwise stay taken
+	// and send this run to disk.
+	_ = os.RemoveAll(filepath.Join(o.WorkDir, "store-"+o.Store))
+	if o.StoreDir == "" {
+		_ = os.RemoveAll(filepath.Join(shmDir, storeDirName(o, shmDir)))
+	} else {
+		if abs, err := filepath.Abs(o.StoreDir); err == nil {
+			o.StoreDir = abs
+		}
+		if err := os.MkdirAll(o.StoreDir, 0o755); err != nil {
+			return nil, fmt.Errorf("--store-dir: %w", err)
+		}
+	}
+	place := chooseStoreDir(o, b.spec.TotalBytes(), len(b.spec.Files()), realHost)
+	storeDir := place.Dir
+	_ = os.RemoveAll(storeDir)
+	if place.Why != "" {
+		b.logf("the emulator's objects go to disk: %s", place.Why)
+	}
+	tool := emulator.FakeGCS
+	if o.Store == "s3" {
+		tool = emulator.VersityGW
+	}
+	if _, err := emulator.BinaryTelling(ctx, tool, b.logf); err != nil {
+		return nil, err
+	}
+	b.logf("starting the %s emulator behind the emulated link (%v RTT, %.0f MB/s per connection, %.0f MB/s in all), %s", o.Store, o.RTT, o.ConnMBs, o.LinkMBs, place.describe())
+	var err error
+	b.remote, err = StartRemote(ctx, o.Store, storeDir, b.link)
+	if err != nil {
+		return nil, err
+	}
+	b.report.Store = b.remote.Desc + ", " + place.describe()
+	return func() {
+		if cerr := b.remote.Close(); cerr != nil {
+			b.logf("stopping the store: %v", cerr)
+		}
+		_ = os.RemoveAll(storeDir)
+	}, nil
 }
 
 // ferryTree names the source ferry was built from: the commit, and
