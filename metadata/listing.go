@@ -147,11 +147,6 @@ func (b *listingBuilder) at(dir string, i int, seq uint64) DirEntry {
 	return p.dirEntry(dir, b.name(i), string(b.text[p.off+uint32(p.nameLen):p.off+uint32(p.nameLen)+uint32(p.verLen)]), seq)
 }
 
-// bytes is about what the builder holds in memory.
-func (b *listingBuilder) bytes() int64 {
-	return int64(cap(b.text)) + int64(cap(b.ents))*32 + int64(len(b.index)+len(b.other))*24
-}
-
 // finish makes the Listing, with text and entries copied to their sizes,
 // and leaves b empty.
 func (b *listingBuilder) finish(dir string, seq uint64) *Listing {
