@@ -81,6 +81,43 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 	if fsName == "" {
 		fsName = fsys.meta.BucketName()
 	}
+	mc := mountConfig(ctx, fsName, fsys, opts)
+	mc.Options = map[string]string{}
+	if opts.AllowOther {
+		mc.Options["allow_other"] = ""
+	}
+	if err := kernelOptions(opts.KernelOptions, mc.Options); err != nil {
+		return nil, err
+	}
+	// Op metrics wrap the file system; the notifier lets Control tell the
+	// kernel to forget names (control.go).
+	var served fuseutil.FileSystem = fsys
+	if fsys.ops != nil {
+		served = &instrumented{FileSystem: fsys, m: fsys.ops}
+	}
+	server := &servedServer{
+		inner: fuse.NewServerWithNotifier(fsys.conn.notifier, fuseutil.NewFileSystemServer(served)),
+		conn:  fsys.conn,
+		fs:    fsys,
+	}
+	mfs, err := fuse.Mount(dir, server, mc)
+	if err != nil {
+		err = fmt.Errorf("fs: mount %s on %s: %w", fsName, dir, err)
+		// Root mounts directly; others go through fusermount3 (a root
+		// without CAP_SYS_ADMIN too, for which none of these causes holds).
+		if os.Geteuid() != 0 && strings.Contains(err.Error(), "fusermount") {
+			if hint := userMountHint(currentUserMount(), opts.AllowOther); hint != "" {
+				err = fmt.Errorf("%w (%s)", err, hint)
+			}
+		}
+		return nil, err
+	}
+	fsys.raiseReadAhead(dir, opts.ReadAheadKB)
+	return mfs, nil
+}
+
+// mountConfig is the FUSE configuration of a mount of fsys named fsName.
+func mountConfig(ctx context.Context, fsName string, fsys *fileSystem, opts MountOptions) *fuse.MountConfig {
 	mc := &fuse.MountConfig{
 		// Ops carry ctx's values but not its cancellation: the mount
 		// outlives the call that made it.
@@ -150,38 +187,7 @@ func mountFileSystem(ctx context.Context, dir string, fsys *fileSystem, opts Mou
 	if opts.Debug {
 		mc.DebugLogger = slog.NewLogLogger(fsys.log.Handler(), slog.LevelDebug)
 	}
-	mc.Options = map[string]string{}
-	if opts.AllowOther {
-		mc.Options["allow_other"] = ""
-	}
-	if err := kernelOptions(opts.KernelOptions, mc.Options); err != nil {
-		return nil, err
-	}
-	// Op metrics wrap the file system; the notifier lets Control tell the
-	// kernel to forget names (control.go).
-	var served fuseutil.FileSystem = fsys
-	if fsys.ops != nil {
-		served = &instrumented{FileSystem: fsys, m: fsys.ops}
-	}
-	server := &servedServer{
-		inner: fuse.NewServerWithNotifier(fsys.conn.notifier, fuseutil.NewFileSystemServer(served)),
-		conn:  fsys.conn,
-		fs:    fsys,
-	}
-	mfs, err := fuse.Mount(dir, server, mc)
-	if err != nil {
-		err = fmt.Errorf("fs: mount %s on %s: %w", fsName, dir, err)
-		// Root mounts directly; others go through fusermount3 (a root
-		// without CAP_SYS_ADMIN too, for which none of these causes holds).
-		if os.Geteuid() != 0 && strings.Contains(err.Error(), "fusermount") {
-			if hint := userMountHint(currentUserMount(), opts.AllowOther); hint != "" {
-				err = fmt.Errorf("%w (%s)", err, hint)
-			}
-		}
-		return nil, err
-	}
-	fsys.raiseReadAhead(dir, opts.ReadAheadKB)
-	return mfs, nil
+	return mc
 }
 
 // raiseReadAhead sets the kernel's readahead window for the mount on dir
