@@ -177,6 +177,11 @@ func (b *bench) runUncached(ctx context.Context, ws []Workload) error {
 		return err
 	}
 	defer b.unmount(m)
+	return b.measureCold(ctx, ws, m)
+}
+
+// measureCold measures each of ws once, cold, through the mount m.
+func (b *bench) measureCold(ctx context.Context, ws []Workload, m *Mount) error {
 	for _, w := range ws {
 		if ctx.Err() != nil {
 			return ctx.Err()

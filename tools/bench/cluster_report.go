@@ -85,17 +85,23 @@ type ClusterTarget struct {
 }
 
 func clusterTargetsMarkdown(ts []ClusterTarget) string {
+	return verdictsMarkdown("\nTargets of issue 35 (scale-out on SeaweedFS), on this run:\n\n", ts, "yes", "no")
+}
+
+// verdictsMarkdown is a table of ts after intro, each marked met or notMet;
+// "" when there is none.
+func verdictsMarkdown(intro string, ts []ClusterTarget, met, notMet string) string {
 	if len(ts) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\nTargets of issue 35 (scale-out on SeaweedFS), on this run:\n\n| target | this run | wanted | met |\n|---|---|---|---|\n")
+	b.WriteString(intro + "| target | this run | wanted | met |\n|---|---|---|---|\n")
 	for _, t := range ts {
-		met := "no"
+		mark := notMet
 		if t.Met {
-			met = "yes"
+			mark = met
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.What, t.Got, t.Want, met)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.What, t.Got, t.Want, mark)
 	}
 	return b.String()
 }
@@ -174,12 +180,7 @@ func (rep *ClusterReport) coldRates(setup string) []float64 {
 func (rep *ClusterReport) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Command: `%s`\n\n", shellJoin(rep.Command))
-	m := rep.Machine
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %.1f GiB RAM, Linux %s, %s", m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.Kernel, m.GoVersion)
-	if m.DiskFS != "" {
-		fmt.Fprintf(&b, ", origin, tier and caches on %s", m.DiskFS)
-	}
-	b.WriteString("\n\n")
+	b.WriteString(rep.Machine.markdownLine("origin, tier and caches"))
 	if rep.FerryTree != "" {
 		fmt.Fprintf(&b, "ferry built from: %s\n\n", rep.FerryTree)
 	}

@@ -330,13 +330,7 @@ func (b *bench) hugeMount(ctx context.Context, f *Ferry, cache string, ws []Work
 		return err
 	}
 	defer b.unmount(m)
-	for _, w := range ws {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		b.measure(ctx, w, PhaseCold, "ferry", m.Dir, m)
-	}
-	return nil
+	return b.measureCold(ctx, ws, m)
 }
 
 // cpuPerGiB is ferry's CPU-s per GiB read in r.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -66,4 +67,14 @@ func parseCPUModel(cpuinfo []byte) string {
 		}
 	}
 	return ""
+}
+
+// markdownLine is the report header's line about m, ending in a blank
+// line; what names the data that sat on m.DiskFS ("data and cache").
+func (m Machine) markdownLine(what string) string {
+	line := fmt.Sprintf("Machine: %d CPUs (%s), %.1f GiB RAM, Linux %s, %s", m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.Kernel, m.GoVersion)
+	if m.DiskFS != "" {
+		line += fmt.Sprintf(", %s on %s", what, m.DiskFS)
+	}
+	return line + "\n\n"
 }

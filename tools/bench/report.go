@@ -315,12 +315,7 @@ const mib = 1 << 20
 func (rep *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Command: `%s`\n\n", shellJoin(rep.Command))
-	m := rep.Machine
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %.1f GiB RAM, Linux %s, %s", m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.Kernel, m.GoVersion)
-	if m.DiskFS != "" {
-		fmt.Fprintf(&b, ", data and cache on %s", m.DiskFS)
-	}
-	b.WriteString("\n\n")
+	b.WriteString(rep.Machine.markdownLine("data and cache"))
 	if rep.FerryTree != "" && rep.Store != "" {
 		fmt.Fprintf(&b, "ferry built from: %s\n\n", rep.FerryTree)
 	}

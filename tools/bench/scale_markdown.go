@@ -16,12 +16,7 @@ import (
 func (rep *ScaleReport) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Command: `%s`\n\n", shellJoin(rep.Command))
-	m := rep.Machine
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %.1f GiB RAM, Linux %s, %s", m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.Kernel, m.GoVersion)
-	if m.DiskFS != "" {
-		fmt.Fprintf(&b, ", trees and caches on %s", m.DiskFS)
-	}
-	b.WriteString("\n\n")
+	b.WriteString(rep.Machine.markdownLine("trees and caches"))
 	if rep.FerryTree != "" {
 		fmt.Fprintf(&b, "ferry built from: %s\n\n", rep.FerryTree)
 	}
@@ -154,19 +149,7 @@ func (rep *ScaleReport) mountTable() string {
 }
 
 func scaleTargetsMarkdown(ts []ClusterTarget) string {
-	if len(ts) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("\n## Targets of issue 31, on this run\n\nThe issue sets them at 1.28M files; a run whose largest count is smaller checks them there.\n\n| target | this run | wanted | met |\n|---|---|---|---|\n")
-	for _, t := range ts {
-		met := "not met"
-		if t.Met {
-			met = "met"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.What, t.Got, t.Want, met)
-	}
-	return b.String()
+	return verdictsMarkdown("\n## Targets of issue 31, on this run\n\nThe issue sets them at 1.28M files; a run whose largest count is smaller checks them there.\n\n", ts, "met", "not met")
 }
 
 // scaleCurves are the read pass's files/s over the count, per phase
