@@ -67,9 +67,10 @@ type Bucket struct {
 	log *slog.Logger // nil discards
 
 	// Constant data
-	dir     string   // absolute root, for Name()
-	realDir string   // dir with its symbolic links resolved
-	root    *os.Root // every file access goes through it
+	dir     string     // absolute root, for Name()
+	realDir string     // dir with its symbolic links resolved
+	root    *os.Root   // every file access goes through it
+	plain   *plainRoot // objects read with no link on the way (plainopen.go)
 
 	// Mutable state
 	hiddenLinks  atomic.Uint64 // see HiddenLinks
@@ -125,7 +126,7 @@ func New(cfg Config) (*Bucket, error) {
 	if err != nil {
 		real = abs
 	}
-	b := &Bucket{log: cfg.Logger, dir: abs, realDir: real, root: root}
+	b := &Bucket{log: cfg.Logger, dir: abs, realDir: real, root: root, plain: newPlainRoot(root)}
 	if reg := cfg.Registerer; reg != nil {
 		err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ferry_file_hidden_links_total",
@@ -133,6 +134,7 @@ func New(cfg Config) (*Bucket, error) {
 		}, func() float64 { return float64(b.hiddenLinks.Load()) }))
 		var are prometheus.AlreadyRegisteredError
 		if err != nil && !errors.As(err, &are) { // another bucket's, in tests: it keeps the name
+			b.plain.close()
 			root.Close()
 			return nil, err
 		}
@@ -153,7 +155,10 @@ func (e *rootError) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 // Close releases the root directory handle. The bucket must not be used
 // afterwards.
-func (b *Bucket) Close() error { return b.root.Close() }
+func (b *Bucket) Close() error {
+	b.plain.close()
+	return b.root.Close()
+}
 
 // Name implements bucket.Bucket.
 func (b *Bucket) Name() string { return "file://" + b.dir }
@@ -309,20 +314,9 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 	if isTemp(req.Name) {
 		return nil, notFound("read", req.Name, "a temporary file of Put")
 	}
-	// Links followed here, so that none is followed out of the root or
-	// round a loop. If a name on the way is swapped for a link after
-	// this, os.Root still keeps the open inside the root.
-	real, lfi, _, err := b.resolve(req.Name)
+	f, err := b.openObject(ctx, req.Name)
 	if err != nil {
-		return nil, mapErr(ctx, "read", req.Name, err)
-	}
-	if !lfi.Mode().IsRegular() {
-		return nil, notFound("read", req.Name, "not a regular file")
-	}
-	// O_NONBLOCK: never hang opening a FIFO swapped in after the check.
-	f, err := b.root.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, mapErr(ctx, "read", req.Name, err)
+		return nil, err
 	}
 	fi, err := f.Stat()
 	if err != nil {
@@ -340,6 +334,30 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 	}
 	r := req.Range.Clip(uint64(fi.Size()))
 	return &reader{ctx: ctx, f: f, name: req.Name, version: v, off: int64(r.Start), end: int64(r.Limit)}, nil
+}
+
+// openObject opens name for reading: in one call if no symbolic link is
+// on the way (plainopen.go), else following links here, so that none is
+// followed out of the root or round a loop. If a name on the way is
+// swapped for a link after this, os.Root still keeps the open inside the
+// root. The caller checks that what it opened is a regular file.
+func (b *Bucket) openObject(ctx context.Context, name string) (*os.File, error) {
+	if f, ok := b.plain.open(name); ok {
+		return f, nil
+	}
+	real, lfi, _, err := b.resolve(name)
+	if err != nil {
+		return nil, mapErr(ctx, "read", name, err)
+	}
+	if !lfi.Mode().IsRegular() {
+		return nil, notFound("read", name, "not a regular file")
+	}
+	// O_NONBLOCK: never hang opening a FIFO swapped in after the check.
+	f, err := b.root.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, mapErr(ctx, "read", name, err)
+	}
+	return f, nil
 }
 
 // reader reads [off, end) of one open file. Used by one goroutine at a
