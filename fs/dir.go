@@ -137,10 +137,14 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 		// the name is gone or changed kind since, it is listed without an
 		// entry (child 0: the kernel caches nothing for it).
 		ent := e.Entry
+		path := ent.Obj.Name // a file's path, made by At
+		if ent.Kind != metadata.File {
+			path = metadata.ChildPath(h.path, e.Name)
+		}
 		var cur metadata.Entry
 		newer := false
 		if attrs {
-			cur, newer = fs.meta.Newest(metadata.ChildPath(h.path, e.Name), ent.Seq)
+			cur, newer = fs.meta.Newest(path, ent.Seq)
 		}
 		if !attrs || newer && cur.Kind != ent.Kind {
 			// Names only (listuse.go), or the name is gone or changed
@@ -159,7 +163,7 @@ func (fs *fileSystem) readDir(ctx context.Context, op *fuseops.ReadDirOp, plus b
 			ent = cur
 		}
 		fs.mu.Lock()
-		in := fs.acquire(metadata.ChildPath(h.path, e.Name), ent)
+		in := fs.acquire(path, ent)
 		d.Inode = in.id
 		n := fuseutil.WriteDirentPlus(buf, fuseutil.DirentPlus{Dirent: d, Entry: fs.childEntry(in)})
 		if n == 0 {

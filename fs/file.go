@@ -38,6 +38,9 @@ var _ readahead.Directories = (*fileSystem)(nil)
 func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) error {
 	fs.mu.Lock()
 	in, ok := fs.inodes[op.Inode]
+	if ok && !in.dir {
+		in.opens() // before openPassthrough, which takes its ptMu
+	}
 	fs.mu.Unlock()
 	if !ok {
 		return syscall.ESTALE
@@ -74,13 +77,13 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 	} else {
 		// The kernel's pages are good while the version is the one they
 		// were read from; otherwise it must drop them on this open.
-		op.KeepPageCache = in.opened && in.openedAt == obj.Version
+		op.KeepPageCache = in.open.opened && in.open.openedAt == obj.Version
 		if fs.openDirectLocked(in, obj) {
 			op.UseDirectIO = true
 			fs.sp.directOpens.Add(1)
 		}
 	}
-	in.opened, in.openedAt = true, obj.Version
+	in.open.opened, in.open.openedAt = true, obj.Version
 	op.Handle = fs.handles.add()
 	fs.handles.files[op.Handle] = h
 	return nil
@@ -93,7 +96,7 @@ func (fs *fileSystem) OpenFile(ctx context.Context, op *fuseops.OpenFileOp) erro
 // would only race with a writer. An unversioned inode follows the store.
 func (fs *fileSystem) openVersion(ctx context.Context, in *inode) (bucket.Object, error) {
 	fs.mu.Lock()
-	own, seen := in.obj, in.seen
+	own, seen := in.object(), in.seen
 	fs.mu.Unlock()
 	if own.Version != "" && fs.attrs.ttl == 0 {
 		return own, nil
@@ -139,14 +142,14 @@ func (fs *fileSystem) ReadBefore(path string, obj bucket.Object) bool {
 		return false
 	}
 	in := fs.inodes[id]
-	return in.read && in.readAt == obj.Version
+	return in.open != nil && in.open.read && in.open.readAt == obj.Version
 }
 
 // noteRead records the first read of h on its inode (ReadBefore).
 func (fs *fileSystem) noteRead(h *fileHandle) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	h.in.read, h.in.readAt = true, h.obj.Version
+	h.in.open.read, h.in.open.readAt = true, h.obj.Version
 }
 
 func (fs *fileSystem) ReadFile(ctx context.Context, op *fuseops.ReadFileOp) error {

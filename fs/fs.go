@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"syscall"
@@ -150,32 +151,88 @@ type inode struct {
 	// Constant data
 	id   fuseops.InodeID
 	path string // object name; for a directory without its trailing "/"
-	dir  bool
 
 	// Mutable state
 	lookups uint64 // GUARDED_BY(fileSystem.mu)
-	// obj is the version the inode shows, fixed for its life, unless the
-	// store gives no versions (Version ""): then it follows the store.
-	obj bucket.Object // GUARDED_BY(fileSystem.mu); files only
 	// seen is the latest Entry.Seq that named this inode: what ferry
 	// learned later about its path may say it is replaced.
-	seen     uint64 // GUARDED_BY(fileSystem.mu)
+	seen uint64 // GUARDED_BY(fileSystem.mu)
+	// obj is the version the inode shows, fixed for its life, unless the
+	// store gives no versions (Version ""): then it follows the store.
+	obj inodeObject // GUARDED_BY(fileSystem.mu); files only
+	// open is what opens of a file left on it, nil until the first: most
+	// inodes the kernel holds are never opened (`ls -l`, `find`), and an
+	// inode is 96 bytes without it, not 192.
+	open *inodeOpen // GUARDED_BY(fileSystem.mu); set once
+	dir  bool       // constant
+}
+
+// inodeObject is the object a file inode shows, without its name (the
+// inode's path), and its time as Unix nanoseconds.
+type inodeObject struct {
+	version string
+	size    uint64
+	updated int64 // noUpdated for the zero time
+	crc     uint32
+	hasCRC  bool
+}
+
+// noUpdated stands for the zero time.Time, which has no Unix nanoseconds.
+const noUpdated = math.MinInt64
+
+// objectAt is obj as inodeObject keeps it.
+func objectAt(obj bucket.Object) inodeObject {
+	o := inodeObject{version: obj.Version, size: obj.Size, updated: noUpdated, crc: obj.CRC32C, hasCRC: obj.HasCRC32C}
+	if !obj.Updated.IsZero() {
+		o.updated = obj.Updated.UnixNano()
+	}
+	return o
+}
+
+// updatedTime is the object's modification time.
+func (o *inodeObject) updatedTime() time.Time {
+	if o.updated == noUpdated {
+		return time.Time{}
+	}
+	return time.Unix(0, o.updated)
+}
+
+// object is the object in shows, named by its path.
+//
+// LOCKS_REQUIRED(fs.mu)
+func (in *inode) object() bucket.Object {
+	o := &in.obj
+	return bucket.Object{Name: in.path, Size: o.size, Version: o.version, Updated: o.updatedTime(), CRC32C: o.crc, HasCRC32C: o.hasCRC}
+}
+
+// inodeOpen is what the opens of a file inode left on it.
+type inodeOpen struct {
 	opened   bool   // GUARDED_BY(fileSystem.mu); has been opened before
-	openedAt string // GUARDED_BY(fileSystem.mu); obj.Version at the last open
+	openedAt string // GUARDED_BY(fileSystem.mu); obj's version at the last open
 	// read: a handle has read the inode, in version readAt (the last).
 	read   bool   // GUARDED_BY(fileSystem.mu)
 	readAt string // GUARDED_BY(fileSystem.mu)
 
-	// Passthrough (passthrough.go), files only: ptMu serialises the
-	// opens' choice of I/O mode; cachedOpens counts the handles read
-	// through ferry, backing is the passthrough handles' file (or nil).
+	// Passthrough (passthrough.go): ptMu serialises the opens' choice of
+	// I/O mode; cachedOpens counts the handles read through ferry,
+	// backing is the passthrough handles' file (or nil).
 	ptMu        sync.Mutex
 	cachedOpens int      // GUARDED_BY(fileSystem.mu)
 	backing     *backing // GUARDED_BY(fileSystem.mu)
 }
 
+// opens returns in's open state, making it on the first open.
+//
+// LOCKS_REQUIRED(fs.mu)
+func (in *inode) opens() *inodeOpen {
+	if in.open == nil {
+		in.open = &inodeOpen{}
+	}
+	return in.open
+}
+
 func (in *inode) key() inodeKey {
-	return inodeKey{path: in.path, dir: in.dir, version: in.obj.Version}
+	return inodeKey{path: in.path, dir: in.dir, version: in.obj.version}
 }
 
 // newFileSystem builds the file system; now is the clock (tests pass a
@@ -279,7 +336,7 @@ func (fs *fileSystem) checkInvariants() {
 		case !h.counted:
 		case h.backing != nil:
 			backed[h.backing]++
-			if h.in.backing != h.backing {
+			if h.in.open == nil || h.in.open.backing != h.backing {
 				panic("fs: a passthrough handle's backing is not its inode's: " + h.in.path)
 			}
 		default:
@@ -287,10 +344,14 @@ func (fs *fileSystem) checkInvariants() {
 		}
 	}
 	for _, in := range fs.inodes {
-		if in.cachedOpens != cached[in] {
+		var o inodeOpen
+		if in.open != nil {
+			o.cachedOpens, o.backing = in.open.cachedOpens, in.open.backing
+		}
+		if o.cachedOpens != cached[in] {
 			panic("fs: cachedOpens does not count the inode's handles: " + in.path)
 		}
-		if b := in.backing; b != nil && (b.handles == 0 || b.handles != backed[b]) {
+		if b := o.backing; b != nil && (b.handles == 0 || b.handles != backed[b]) {
 			panic("fs: a backing's handles are not counted right: " + in.path)
 		}
 	}
@@ -364,9 +425,9 @@ func (fs *fileSystem) attributes(in *inode) fuseops.InodeAttributes {
 			Uid: a.uid, Gid: a.gid,
 		}
 	}
-	t := in.obj.Updated
+	t := in.obj.updatedTime()
 	return fuseops.InodeAttributes{
-		Size:  in.obj.Size,
+		Size:  in.obj.size,
 		Nlink: 1,
 		Mode:  a.fileMode,
 		Atime: t, Mtime: t, Ctime: t,
@@ -382,10 +443,15 @@ func (fs *fileSystem) acquire(path string, e metadata.Entry) *inode {
 	key := keyOf(path, e)
 	in, ok := fs.inodes[fs.byKey[key]]
 	if !ok {
+		if e.Kind == metadata.File && e.Obj.Name == path {
+			// A listing's entry has the path and version in one
+			// allocation (metadata.DirEntry): keep that, not a copy.
+			path = e.Obj.Name
+			key.path = path
+		}
 		in = &inode{id: fs.nextInode, path: path, dir: key.dir}
 		if !in.dir {
-			in.obj = e.Obj
-			in.obj.Name = path // the same name: one copy of the string
+			in.obj = objectAt(e.Obj)
 		}
 		fs.nextInode++
 		fs.inodes[in.id] = in
@@ -413,9 +479,8 @@ func keyOf(path string, e metadata.Entry) inodeKey {
 //
 // LOCKS_REQUIRED(fs.mu)
 func (fs *fileSystem) followUnversioned(in *inode, e metadata.Entry) {
-	if !in.dir && e.Kind == metadata.File && in.obj.Version == "" && e.Obj.Version == "" && !e.Obj.Updated.Before(in.obj.Updated) {
-		in.obj = e.Obj
-		in.obj.Name = in.path // as acquire keeps it: the same bytes counted
+	if !in.dir && e.Kind == metadata.File && in.obj.version == "" && e.Obj.Version == "" && !e.Obj.Updated.Before(in.obj.updatedTime()) {
+		in.obj = objectAt(e.Obj)
 	}
 }
 
@@ -509,7 +574,7 @@ func (fs *fileSystem) LookUpInode(ctx context.Context, op *fuseops.LookUpInodeOp
 func (fs *fileSystem) GetInodeAttributes(ctx context.Context, op *fuseops.GetInodeAttributesOp) error {
 	fs.mu.Lock()
 	in, ok := fs.inodes[op.Inode]
-	unversioned := ok && !in.dir && in.obj.Version == ""
+	unversioned := ok && !in.dir && in.obj.version == ""
 	fs.mu.Unlock()
 	if !ok {
 		return syscall.ESTALE

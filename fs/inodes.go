@@ -44,7 +44,7 @@ const trimPause = 100 * time.Millisecond
 
 // inodeBytes is about what in costs.
 func inodeBytes(in *inode) int64 {
-	return inodeOverhead + int64(len(in.path)) + int64(len(in.obj.Version)) // obj.Name is path's string
+	return inodeOverhead + int64(len(in.path)) + int64(len(in.obj.version))
 }
 
 // chargeLocked counts n more bytes of inodes (fewer, if negative), and
@@ -105,7 +105,7 @@ func (fs *fileSystem) trimVictimsLocked(n int64) []kernelEntry {
 		if n <= 0 {
 			break
 		}
-		if in.dir || id == fuseops.RootInodeID || in.cachedOpens > 0 || in.backing != nil {
+		if in.dir || id == fuseops.RootInodeID || in.open != nil && (in.open.cachedOpens > 0 || in.open.backing != nil) {
 			continue
 		}
 		dir, name := metadata.SplitPath(in.path)

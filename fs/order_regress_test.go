@@ -50,7 +50,7 @@ func TestReadDirPlusPrefersExpiredNewerEntry(t *testing.T) {
 	require.Len(t, ds, 1)
 	fs.mu.Lock()
 	in := fs.inodes[fuseops.InodeID(ds[0].ino)]
-	size := in.obj.Size
+	size := in.obj.size
 	fs.mu.Unlock()
 	t.Logf("readdirplus inode %d size %d (lookup's newer inode %d size 4)", ds[0].ino, size, f2.Child)
 	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: fuseops.InodeID(ds[0].ino), N: 1}))

@@ -95,10 +95,11 @@ func (fs *fileSystem) passthroughGranted() bool {
 // not know): it goes through ferry unless it must share a backing file.
 // Only called when the kernel granted passthrough.
 func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool) (*backing, error) {
-	in.ptMu.Lock()
-	defer in.ptMu.Unlock()
+	o := in.open // set by OpenFile
+	o.ptMu.Lock()
+	defer o.ptMu.Unlock()
 	fs.mu.Lock()
-	switch b := in.backing; {
+	switch b := o.backing; {
 	case b != nil && b.obj.SameVersion(&obj):
 		b.handles++
 		fs.mu.Unlock()
@@ -121,8 +122,8 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 		fs.mu.Unlock()
 		fs.log.Warn("fs: cannot open a new version of a file while the old one is open from the disk cache; try again once it is closed", "path", in.path)
 		return nil, syscall.EBUSY
-	case in.cachedOpens > 0 || fs.pt.off.Load() || direct:
-		in.cachedOpens++
+	case o.cachedOpens > 0 || fs.pt.off.Load() || direct:
+		o.cachedOpens++
 		large := obj.Size > fs.pt.maxSize && !fs.pt.off.Load()
 		fs.mu.Unlock()
 		if large {
@@ -145,10 +146,10 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if b == nil {
-		in.cachedOpens++
+		o.cachedOpens++
 		return nil, nil
 	}
-	in.backing = b
+	o.backing = b
 	fs.pt.opens.Add(1)
 	fs.pt.openedBytes.Add(obj.Size)
 	return b, nil
@@ -204,15 +205,16 @@ func (fs *fileSystem) newBacking(obj bucket.Object, large bool) *backing {
 // unregisters it and unpins the cache file.
 func (fs *fileSystem) releasePassthrough(in *inode, b *backing) {
 	fs.mu.Lock()
+	o := in.open // set by OpenFile
 	if b == nil {
-		in.cachedOpens--
+		o.cachedOpens--
 		fs.mu.Unlock()
 		return
 	}
 	b.handles--
 	last := b.handles == 0
-	if last && in.backing == b {
-		in.backing = nil
+	if last && o.backing == b {
+		o.backing = nil
 	}
 	fs.mu.Unlock()
 	if last {

@@ -234,7 +234,7 @@ func TestPassthroughKeepsOneModePerInode(t *testing.T) {
 		fsys.mu.Lock()
 		defer fsys.mu.Unlock()
 		for _, in := range fsys.inodes {
-			if in.cachedOpens != 0 {
+			if in.open != nil && in.open.cachedOpens != 0 {
 				return false
 			}
 		}
@@ -456,12 +456,12 @@ func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 	disk.hold("f", make([]byte, 10))
 	file, ok := disk.backing(old)
 	require.True(t, ok)
-	in := &inode{id: 5, path: "f"}
-	in.backing = &backing{id: 1, obj: old, file: file, handles: 1}
+	in := &inode{id: 5, path: "f", open: &inodeOpen{}}
+	in.open.backing = &backing{id: 1, obj: old, file: file, handles: 1}
 
 	b, err := fsys.openPassthrough(in, old, false)
 	require.NoError(t, err)
-	assert.Same(t, in.backing, b)
+	assert.Same(t, in.open.backing, b)
 	assert.Equal(t, 2, b.handles)
 
 	changed := old
@@ -469,11 +469,11 @@ func TestPassthroughOtherObjectWhileOpen(t *testing.T) {
 	_, err = fsys.openPassthrough(in, changed, false)
 	assert.ErrorIs(t, err, syscall.EBUSY)
 	assert.Equal(t, 2, b.handles)
-	assert.Zero(t, in.cachedOpens)
+	assert.Zero(t, in.open.cachedOpens)
 
 	fsys.releasePassthrough(in, b)
 	fsys.releasePassthrough(in, b)
-	assert.Nil(t, in.backing)
+	assert.Nil(t, in.open.backing)
 	assert.Zero(t, disk.pins.Load())
 }
 

@@ -76,7 +76,7 @@ func TestReadDirPlusOldHandleAfterNewerListing(t *testing.T) {
 	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: old.Handle}))
 	require.Len(t, ods, 1)
 	fs.mu.Lock()
-	size := fs.inodes[fuseops.InodeID(ods[0].ino)].obj.Size
+	size := fs.inodes[fuseops.InodeID(ods[0].ino)].obj.size
 	fs.mu.Unlock()
 	fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: fuseops.InodeID(ods[0].ino), N: 1})
 	fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: v2, N: 2})
