@@ -15,7 +15,8 @@ import (
 // dirHandle is one open directory. Its entries are read page by page as
 // the kernel reads further and kept for the life of the handle
 // (metadata.Lister), so an offset handed out once always means the same
-// entry (entry i has offset i+1).
+// entry (entry i has offset i+1). What they hold is charged to the
+// metadata's memory limit until the handle is released.
 type dirHandle struct {
 	// Constant data
 	path string // directory path, "" for the root
@@ -48,9 +49,22 @@ func (fs *fileSystem) OpenDir(ctx context.Context, op *fuseops.OpenDirOp) error 
 
 func (fs *fileSystem) ReleaseDirHandle(ctx context.Context, op *fuseops.ReleaseDirHandleOp) error {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
+	h, ok := fs.handles.dirs[op.Handle]
 	delete(fs.handles.dirs, op.Handle)
+	fs.mu.Unlock()
+	if ok {
+		h.release(fs.meta)
+	}
 	return nil
+}
+
+// release gives back the memory h's listing was charged for (a
+// directory of a million names read by `ls` holds about 100 MB until
+// its handle is released).
+func (h *dirHandle) release(meta *metadata.Cache) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	meta.Release(h.list)
 }
 
 func (fs *fileSystem) dirHandle(id fuseops.HandleID) (*dirHandle, error) {

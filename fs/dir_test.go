@@ -131,3 +131,41 @@ func TestReadDirPlusTakesReferences(t *testing.T) {
 	require.NoError(t, fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: d.Child, N: 1}))
 	assert.Equal(t, 1, fs.inodeCount())
 }
+
+// TestOpenDirHandleIsCharged: what an open directory handle's listing
+// holds counts in the metadata's bytes until the handle is released,
+// and an unmount releases handles the kernel did not.
+func TestOpenDirHandleIsCharged(t *testing.T) {
+	b := newTestBucket()
+	for i := range 3000 {
+		b.put(fmt.Sprintf("d/file-%05d", i), nil)
+	}
+	fs := newTestFS(t, b, newFakeClock(), func(c *testConfig) { c.ListPageSize = 1000 })
+	ctx := context.Background()
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	base := fs.meta.Bytes()
+
+	open := func() (fuseops.HandleID, *dirHandle) {
+		op := &fuseops.OpenDirOp{Inode: d.Child}
+		require.NoError(t, fs.OpenDir(ctx, op))
+		// One small read: the first page of the store's listing.
+		rd := &fuseops.ReadDirOp{Inode: d.Child, Handle: op.Handle, Dst: make([]byte, 4096)}
+		require.NoError(t, fs.ReadDir(ctx, rd))
+		h, err := fs.dirHandle(op.Handle)
+		require.NoError(t, err)
+		require.Equal(t, 1000, h.list.Len())
+		return op.Handle, h
+	}
+	h1, d1 := open()
+	one := d1.list.Charged()
+	assert.Greater(t, one, int64(1000*36), "at least the packed entries of a page")
+	assert.Equal(t, base+one, fs.meta.Bytes())
+	_, d2 := open()
+	assert.Equal(t, base+one+d2.list.Charged(), fs.meta.Bytes(), "each handle its own")
+
+	require.NoError(t, fs.ReleaseDirHandle(ctx, &fuseops.ReleaseDirHandleOp{Handle: h1}))
+	assert.Equal(t, base+d2.list.Charged(), fs.meta.Bytes(), "released")
+	fs.Destroy()
+	assert.Equal(t, base, fs.meta.Bytes(), "released at unmount")
+}

@@ -634,10 +634,13 @@ func (fs *fileSystem) Destroy() {
 	fs.readers.Close()
 	fs.ready.stop()
 	fs.mu.Lock()
-	files := fs.handles.files
+	files, dirs := fs.handles.files, fs.handles.dirs
 	fs.handles.files = make(map[fuseops.HandleID]*fileHandle)
 	fs.handles.dirs = make(map[fuseops.HandleID]*dirHandle)
 	fs.mu.Unlock()
+	for _, h := range dirs {
+		h.release(fs.meta)
+	}
 	for _, h := range files {
 		if h.reader != nil {
 			h.reader.Close()

@@ -286,22 +286,22 @@ func (c *ttlCache) listing(dir string) (*Listing, bool) {
 
 // putListing caches l, a complete listing whose first page was asked for
 // at l.seq, unless it would take more than a quarter of the memory limit
-// (its Lister still serves it).
-func (c *ttlCache) putListing(l *Listing) {
+// (its Lister still serves it). It reports whether it did.
+func (c *ttlCache) putListing(l *Listing) bool {
 	exp, ok := c.expiryFor(c.ttl)
 	if !ok {
-		return
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.budget.fits(l.bytes()) {
-		return
+		return false
 	}
 	if old, ok := c.listings[l.dir]; ok && old.seq > l.seq {
-		return // a listing that began later is cached already
+		return false // a listing that began later is cached already
 	}
 	if c.belowFloor(l.dir, l.seq, true) {
-		return // invalidated while it was being read
+		return false // invalidated while it was being read
 	}
 	l.exp, l.at = exp, c.now()
 	c.setListingLocked(l)
@@ -315,6 +315,7 @@ func (c *ttlCache) putListing(l *Listing) {
 		}
 	}
 	c.maybeSweep()
+	return true
 }
 
 // invalidate drops every entry and listing at or under p, and the listing

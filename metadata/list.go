@@ -26,6 +26,10 @@ type Lister struct {
 	token   string         // continuation of the next page
 	lastKey string         // greatest object name or prefix listed so far
 	seq     uint64         // when the first page was asked for, 0 before
+	// charged is what l holds and the memory limit counts for it (Charge):
+	// what it has read, or its complete listing unless the cache keeps
+	// that (and counts it). Release gives it back.
+	charged int64
 }
 
 // NewLister starts a listing of dir: complete at once from a fresh cached
@@ -104,10 +108,34 @@ func (c *Cache) NextPage(ctx context.Context, l *Lister) error {
 	if l.token == "" {
 		l.Complete = true
 		l.done = l.b.finish(l.Path, l.seq)
-		c.cache.putListing(l.done)
+		if c.cache.putListing(l.done) {
+			c.recharge(l, 0) // the cache counts it now
+		} else {
+			c.recharge(l, l.done.bytes())
+		}
+		return nil
 	}
+	c.recharge(l, l.b.bytes())
 	return nil
 }
+
+// recharge counts n bytes held by l against the memory limit, in place
+// of what it counted before. A directory of a million names read by one
+// `ls` holds about 100 MB until its handle is closed, and more when it
+// is too large to cache.
+func (c *Cache) recharge(l *Lister, n int64) {
+	if d := n - l.charged; d != 0 {
+		l.charged = n
+		c.Charge(d)
+	}
+}
+
+// Release gives back the memory l was charged for; its owner calls it
+// once, when done with l (fs: when the directory handle is released).
+func (c *Cache) Release(l *Lister) { c.recharge(l, 0) }
+
+// Charged is what l is counted for against the memory limit now.
+func (l *Lister) Charged() int64 { return l.charged }
 
 // pageEntries turns one page of the store's listing under prefix into
 // sorted entries (valid names only), each stamped seq.

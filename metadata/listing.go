@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"ferry/bucket"
 )
@@ -139,6 +140,15 @@ func (b *listingBuilder) add(e DirEntry) bool {
 		b.index[h] = i
 	}
 	return true
+}
+
+// bytes is about what b holds in memory: its text and entries as
+// allocated, and its index of names (a map slot of 16 bytes, at most
+// seven eighths full, and its share of the groups' control words).
+func (b *listingBuilder) bytes() int64 {
+	const slot = 24
+	return int64(cap(b.text)) + int64(cap(b.ents))*int64(unsafe.Sizeof(packedEntry{})) +
+		slot*int64(len(b.index)) + (slot+32)*int64(len(b.other))
 }
 
 // at returns entry i as a DirEntry.

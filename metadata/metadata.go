@@ -141,7 +141,7 @@ func (c *Cache) register(reg prometheus.Registerer) error {
 	}, func() float64 { return float64(c.outage.staleServed.Load()) })
 	bytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ferry_metadata_bytes",
-		Help: "Bytes of metadata held (names, listings, and the kernel's inodes), against --metadata-limit.",
+		Help: "Bytes of metadata held (names, listings, open directory handles' listings, and the kernel's inodes), against --metadata-limit.",
 	}, func() float64 { return float64(c.Bytes()) })
 	evicted := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "ferry_metadata_evictions_total",
@@ -156,8 +156,9 @@ func (c *Cache) register(reg prometheus.Registerer) error {
 }
 
 // Charge adds n (negative to release) to the bytes held for names this
-// cache answered but others keep (fs's inodes): they count against the
-// memory limit, and the cache shrinks at once to leave them room.
+// cache answered but others keep (fs's inodes, Listers being read): they
+// count against the memory limit, and the cache shrinks at once to leave
+// them room.
 func (c *Cache) Charge(n int64) {
 	c.cache.budget.external.Add(n)
 	if n <= 0 || c.cache.budget.limit == 0 {

@@ -148,6 +148,7 @@ func (p *prefetcher) list(dir string) {
 		p.wg.Done()
 	}()
 	l := &Lister{Path: dir}
+	defer p.c.Release(l)
 	for !l.Complete && l.Len() <= p.maxEntries {
 		if err := p.c.NextPage(p.ctx, l); err != nil {
 			p.c.log.Debug("directory prefetch failed", "dir", dir, "err", err)
