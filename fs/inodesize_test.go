@@ -1,12 +1,15 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/jacobsa/fuse/fuseops"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"ferry/bucket"
 	"ferry/metadata"
@@ -51,4 +54,41 @@ func TestInodeBytesAreWhatIsCharged(t *testing.T) {
 	assert.InDelta(t, 1, float64(charged)/float64(used), 0.25, "charged %d bytes for %d in use", charged, used)
 	assert.LessOrEqual(t, per, 252.0)
 	runtime.KeepAlive(fs)
+}
+
+// TestPerFileAllocations: the heap allocations of a file's round of
+// operations on names the metadata cache holds (a listed directory):
+// a lookup allocates the path and the entry's copy of path and version,
+// and a new inode only itself (its open state waits for an open); an
+// open and release with the test's reader, the handle, the reader and
+// the entry of the open's check for a newer version; getattr nothing.
+func TestPerFileAllocations(t *testing.T) {
+	b := newTestBucket()
+	b.put("d/f", make([]byte, 512))
+	b.put("d/g", make([]byte, 512))
+	fs := newTestFS(t, b, nil, func(c *testConfig) { c.MetadataTTL, c.NegativeTTL = -1, -1 })
+	ctx := context.Background()
+	d, err := lookUp(fs, fuseops.RootInodeID, "d")
+	require.NoError(t, err)
+	readDir(t, fs, d.Child, 4096, false) // the listing answers from now on
+	f, err := lookUp(fs, d.Child, "f")
+	require.NoError(t, err)
+	open := func() {
+		op := &fuseops.OpenFileOp{Inode: f.Child}
+		require.NoError(t, fs.OpenFile(ctx, op))
+		require.NoError(t, fs.ReleaseFileHandle(ctx, &fuseops.ReleaseFileHandleOp{Handle: op.Handle}))
+	}
+	open() // the inode's open state, once
+
+	assert.Equal(t, 2.0, testing.AllocsPerRun(100, func() {
+		_, _ = lookUp(fs, d.Child, "f")
+	}), "lookup of a name with an inode")
+	assert.Equal(t, 3.0, testing.AllocsPerRun(100, func() {
+		g, _ := lookUp(fs, d.Child, "g")
+		_ = fs.ForgetInode(ctx, &fuseops.ForgetInodeOp{Inode: g.Child, N: 1})
+	}), "lookup that makes an inode, then its forget")
+	assert.Equal(t, 3.0, testing.AllocsPerRun(100, open), "open and release")
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		_ = fs.GetInodeAttributes(ctx, &fuseops.GetInodeAttributesOp{Inode: f.Child})
+	}), "getattr")
 }
