@@ -1,6 +1,10 @@
 package file
 
 import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,4 +49,33 @@ func TestPlainNamesOpenInOneCall(t *testing.T) {
 		assert.ErrorIs(t, err, bucket.ErrNotFound, name)
 	}
 	assert.Equal(t, uint64(2), b.plain.opened.Load(), "only the directory data/sub opened the short way, and refused as not a file")
+}
+
+// BenchmarkReadSmallObject reads a 512 B object three directories deep
+// whole, as a cold small-file read does: the short way (openat2) and the
+// long way (links.go, then os.Root).
+func BenchmarkReadSmallObject(b *testing.B) {
+	root := b.TempDir()
+	name := "train/n00042/n00042_7.JPEG"
+	require.NoError(b, os.MkdirAll(filepath.Join(root, "train/n00042"), 0o755))
+	require.NoError(b, os.WriteFile(filepath.Join(root, name), make([]byte, 512), 0o644))
+	for _, short := range []bool{true, false} {
+		b.Run(fmt.Sprintf("short=%v", short), func(b *testing.B) {
+			bk, err := New(Config{Dir: root})
+			require.NoError(b, err)
+			defer bk.Close()
+			bk.plain.off.Store(!short)
+			buf := make([]byte, 512)
+			for b.Loop() {
+				rc, err := bk.NewRangeReader(b.Context(), &bucket.ReadRequest{Name: name, Range: bucket.ByteRange{Limit: 512}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(rc, buf); err != nil {
+					b.Fatal(err)
+				}
+				rc.Close()
+			}
+		})
+	}
 }
