@@ -151,6 +151,7 @@ type inode struct {
 	// Constant data
 	id   fuseops.InodeID
 	path string // object name; for a directory without its trailing "/"
+	dir  bool
 
 	// Mutable state
 	lookups uint64 // GUARDED_BY(fileSystem.mu)
@@ -164,7 +165,6 @@ type inode struct {
 	// inodes the kernel holds are never opened (`ls -l`, `find`), and an
 	// inode is 96 bytes without it, not 192.
 	open *inodeOpen // GUARDED_BY(fileSystem.mu); set once
-	dir  bool       // constant
 }
 
 // inodeObject is the object a file inode shows, without its name (the

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/jacobsa/fuse/fuseops"
 	"github.com/stretchr/testify/assert"
@@ -30,6 +31,7 @@ func heapInUse() int64 {
 // its two map slots and its path and version of 43 bytes (kept as one
 // string, not two).
 func TestInodeBytesAreWhatIsCharged(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(inode{}), uintptr(96), "the inode struct")
 	fs := newTestFS(t, newTestBucket(), nil, nil)
 	const n = 50_000
 	updated := time.Unix(1800000000, 0)
