@@ -19,14 +19,14 @@ import (
 // early at Close.
 func (s *Store) tidy(since time.Time) {
 	defer close(s.tidied)
-	orphans := s.removeOrphans(since)
+	t0 := time.Now()
+	files, orphans := s.removeOrphans(since)
 	stray, err := s.removeStrayChunks()
 	if err != nil {
 		s.logOnce("index tidy", "cache index: could not remove chunks of entries that are gone", "err", err)
 	}
-	if orphans > 0 || stray > 0 {
-		s.log.Info("cache cleaned up", "orphan_files", orphans, "stray_chunks", stray)
-	}
+	s.log.Info("cache tidied", "files", files, "orphan_files", orphans, "stray_chunks", stray,
+		"seconds", time.Since(t0).Seconds())
 }
 
 // stopping reports whether Close has begun.
@@ -40,18 +40,18 @@ func (s *Store) stopping() bool {
 }
 
 // removeOrphans removes anything under data/ that is no entry's file, one
-// directory at a time, and returns how many it found. A file changed
+// directory at a time, and returns how many files it saw and how many
+// it removed. A file changed
 // since the walk began is left alone: it may be one a new entry is
 // about to claim (an entry registers before it opens its file, but a
 // file of a previous run that a new entry opens again keeps its times).
 // Removing a file an entry claims loses its blocks, never serves wrong
 // ones: each is checked against its CRC.
-func (s *Store) removeOrphans(since time.Time) int {
+func (s *Store) removeOrphans(since time.Time) (files, orphans int) {
 	subdirs, err := os.ReadDir(s.dataDir)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	orphans := 0
 	for _, d := range subdirs {
 		if s.stopping() {
 			break
@@ -66,6 +66,7 @@ func (s *Store) removeOrphans(since time.Time) int {
 		if err != nil {
 			continue
 		}
+		files += len(names)
 		var unclaimed []string
 		s.mu.Lock()
 		for _, n := range names {
@@ -88,7 +89,7 @@ func (s *Store) removeOrphans(since time.Time) int {
 			}
 		}
 	}
-	return orphans
+	return files, orphans
 }
 
 // claimedLocked reports whether data/dir/name is the file of an entry,
