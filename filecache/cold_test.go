@@ -244,3 +244,55 @@ func writeColdRows(t *testing.T, dir string, n int) {
 		return nil
 	}))
 }
+
+// TestSnapshotAfterCleanClose: a clean Close leaves the entries in LRU
+// order for the next Open to read instead of the index; a commit since
+// (the index changed) or a damaged snapshot makes Open read the index.
+func TestSnapshotAfterCleanClose(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := obj("a", 4*testBS), obj("b", 4*testBS), obj("c", 4*testBS)
+	s := openT(t, Config{Dir: dir}, hooks{maxWarm: 1})
+	require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
+	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
+	require.NoError(t, s.flush()) // b cooled: the snapshot has cold and warm entries
+	require.EqualValues(t, 1, s.Stats().ColdEntries)
+	one := s.Stats().UsedBytes / 2
+	require.NoError(t, s.Close())
+	snap := filepath.Join(dir, "v1", snapshotName)
+	require.FileExists(t, snap)
+
+	// With room for two: c evicts b, the least recently used, so the
+	// order came through.
+	s = openT(t, Config{Dir: dir, MaxSize: 2 * one}, hooks{})
+	assert.True(t, s.fromSnapshot)
+	assert.NoFileExists(t, snap, "used once")
+	assert.Equal(t, 2*one, s.Stats().UsedBytes)
+	require.Equal(t, 4, s.WriteBlocks(c, 0, blocksData(c, 0, 4, testBS)))
+	assert.False(t, s.HasBlock(b, 0))
+	assert.True(t, readOK(t, s, a, 3))
+	s.checkInvariants(t)
+	require.NoError(t, s.Close())
+
+	// A commit after the snapshot: stale, so the index is read.
+	require.FileExists(t, snap)
+	editIndex(t, dir, func(tx *bolt.Tx) error {
+		k := []byte(s.keyFor(a))
+		require.NoError(t, tx.Bucket(entriesBucket).Delete(k))
+		return tx.Bucket(atimeBucket).Delete(k)
+	})
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.False(t, s.fromSnapshot)
+	assert.EqualValues(t, 1, s.Stats().Entries, "a's rows are gone")
+	assert.True(t, readOK(t, s, c, 0))
+	require.NoError(t, s.Close())
+
+	// A damaged snapshot is not used.
+	raw, err := os.ReadFile(snap)
+	require.NoError(t, err)
+	raw[30] ^= 1
+	require.NoError(t, os.WriteFile(snap, raw, 0o600))
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.False(t, s.fromSnapshot)
+	assert.EqualValues(t, 1, s.Stats().Entries)
+	assert.True(t, readOK(t, s, c, 1))
+}

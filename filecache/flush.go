@@ -277,7 +277,7 @@ func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
 	if err := moveAside(path, s.log.Error, msg, why); err != nil {
 		return nil, err
 	}
-	db, _, _, err := tryOpenIndex(path)
+	db, _, err := tryOpenIndex(path)
 	if err != nil {
 		return nil, fmt.Errorf("open cache index %s: %w", path, err)
 	}

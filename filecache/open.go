@@ -80,7 +80,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 	go s.flusher()
 	go s.tidy(start)
 	opened = true
-	s.log.Info("cache opened", "dir", s.dir, "entries", s.cold.len(), "used_bytes", s.used,
+	s.log.Info("cache opened", "dir", s.dir, "entries", s.cold.len(), "from_snapshot", s.fromSnapshot, "used_bytes", s.used,
 		"limit_bytes", s.limit, "min_free_bytes", s.minFree, "block_size", s.blockSize)
 	return s, nil
 }
@@ -203,12 +203,13 @@ func (s *Store) claimDir() error {
 // commit finds the index damaged, the cache starts empty, with a fresh
 // index. On error, no index is open.
 func (s *Store) loadIndex() error {
-	db, rows, bad, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
+	db, idx, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
 	if err != nil {
 		return err
 	}
 	s.db = db
-	err = s.load(rows, bad)
+	s.fromSnapshot = idx.fromSnapshot
+	err = s.load(idx.rows, idx.bad)
 	if err == nil {
 		return nil
 	}
@@ -265,8 +266,8 @@ func (s *Store) load(rows []coldRow, bad []string) error {
 	slices.SortFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
 	s.cold.slots = make([]coldSlot, 0, len(rows))
 	s.cold.pos = make(map[coldKey]int32, len(rows))
-	for _, r := range rows {
-		if r.bytes >= 0 && !s.cold.has(r.key) {
+	for _, r := range rows { // keys are unique: the index's, or the snapshot's of them
+		if r.bytes >= 0 {
 			s.cold.add(r.key, r.bytes)
 			s.used += r.bytes
 		}

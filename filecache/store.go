@@ -209,8 +209,11 @@ type Store struct {
 	bucketID  string
 	limit     int64
 	minFree   int64
-	fsBlock   int64    // allocation unit, for estimating a write's space
-	db        *bolt.DB // GUARDED_BY(flushMu) once open
+	fsBlock   int64 // allocation unit, for estimating a write's space
+	// fromSnapshot: Open read the entries from the snapshot a clean
+	// Close left (snapshot.go), not from the index.
+	fromSnapshot bool
+	db           *bolt.DB // GUARDED_BY(flushMu) once open
 	// liveDB is db for reads outside flushMu (warming, cold.go); a
 	// rebuild replaces both.
 	liveDB  atomic.Pointer[bolt.DB]
@@ -316,6 +319,14 @@ func (s *Store) Close() error {
 	<-s.stopped
 	<-s.tidied
 	err := s.flush()
+	if err == nil {
+		// For the next Open to read instead of the index (snapshot.go).
+		s.flushMu.Lock()
+		if serr := s.writeSnapshot(); serr != nil {
+			s.log.Warn("cache: could not write the entries' snapshot; the next start reads the index", "err", serr)
+		}
+		s.flushMu.Unlock()
+	}
 	s.mu.Lock()
 	var files []openFiles
 	for el := s.open.Front(); el != nil; {
