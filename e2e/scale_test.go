@@ -85,14 +85,19 @@ func forEach(t *testing.T, names []string, do func(string) error) {
 // byte read is right, the store is asked about each name at most twice
 // an epoch (a Stat and a List of the name as a prefix, when its
 // directory's listing was evicted) and for each file's bytes once in
-// all, and the process stays within --memory-limit + 256 MiB.
+// all, and the process stays within --memory-limit + 256 MiB. A third
+// epoch, on a new ferry over the same disk cache, reads the cache's
+// index lazily: every entry is cold at mount and read once as its file
+// is.
 func TestManyFilesWithinTheMetadataLimit(t *testing.T) {
 	s := newStore(t, "file")
 	src := s.url[len("file://"):]
 	names := scaleTree(t, src)
 	const limit = 6 << 20
-	m := mount(t, s, "--metadata-ttl", "-1", "--negative-ttl", "-1", "--metadata-limit", "6MiB",
-		"--memory-limit", "128MiB", "--cache-dir", t.TempDir(), "--metrics-addr", freeAddr(t))
+	cacheDir := t.TempDir()
+	flags := []string{"--metadata-ttl", "-1", "--negative-ttl", "-1", "--metadata-limit", "6MiB",
+		"--memory-limit", "128MiB", "--cache-dir", cacheDir}
+	m := mount(t, s, append(flags, "--metrics-addr", freeAddr(t))...)
 
 	epoch := func() (metaRequests, reads float64) {
 		meta0 := m.metric(t, "ferry_store_requests_total", map[string]string{"op": "stat"}) +
@@ -121,7 +126,15 @@ func TestManyFilesWithinTheMetadataLimit(t *testing.T) {
 		return meta - meta0, m.metric(t, "ferry_store_requests_total", map[string]string{"op": "read"}) - reads0
 	}
 	n := float64(len(names))
-	for i, name := range []string{"cold", "warm"} {
+	for i, name := range []string{"cold", "warm", "restart"} {
+		if name == "restart" {
+			// A new ferry on the same cache: its index is read as the
+			// files are, not at mount.
+			m.unmount(t)
+			m = mount(t, s, append(flags, "--metrics-addr", freeAddr(t))...)
+			assert.Equal(t, n, m.metric(t, "ferry_cache_cold_entries", nil), "restart: every entry cold at mount")
+			assert.Zero(t, m.metric(t, "ferry_cache_warmed_total", nil))
+		}
 		meta, reads := epoch()
 		held := m.metric(t, "ferry_metadata_bytes", nil)
 		t.Logf("%s: %.2f metadata requests and %.2f reads a file; %.1f MiB of metadata held, %.0f evictions, %.0f names forgotten, %.0f inodes, VmHWM %d MiB",
@@ -132,9 +145,11 @@ func TestManyFilesWithinTheMetadataLimit(t *testing.T) {
 		if i == 0 {
 			assert.Equal(t, n, reads, "cold: each file's bytes read once")
 		} else {
-			assert.Zero(t, reads, "warm: every byte from the disk cache")
+			assert.Zero(t, reads, "%s: every byte from the disk cache", name)
 		}
 	}
+	assert.Equal(t, n, m.metric(t, "ferry_cache_warmed_total", nil), "restart: each entry read from the index once")
+	assert.Zero(t, m.metric(t, "ferry_cache_cold_entries", nil))
 	assert.Positive(t, m.metric(t, "ferry_metadata_evictions_total", nil), "the names did not fit")
 	assert.Positive(t, m.metric(t, "ferry_fs_names_forgotten_total", nil), "nor did the inodes")
 	assert.Less(t, m.vmHWM(t), int64(128+256)<<20, "VmHWM")

@@ -28,6 +28,15 @@ func (s *Store) makeRoomLocked(need int64, keep *entry, avail int64) ([]*entry, 
 			avail+s.pendingFree-s.heldEvicted-s.reserved-n >= s.minFree
 	}
 	var victims []*entry
+	// Cold entries first: each is less recent than every warm one
+	// (cold.go).
+	for !fit(need) {
+		v := s.evictColdLocked()
+		if v == nil {
+			break
+		}
+		victims = append(victims, v)
+	}
 	for el := s.lru.Back(); el != nil && !fit(need); {
 		e := el.Value.(*entry)
 		el = el.Prev()

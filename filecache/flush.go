@@ -2,7 +2,6 @@ package filecache
 
 import (
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -37,7 +36,7 @@ type pendingPut struct {
 	meta   []byte         // header with chunk 0, unsealed; nil: unchanged
 	chunks []pendingChunk // other chunks changed, by number
 	reset  bool           // delete every chunk of key first
-	atime  [8]byte
+	atime  [atimeLen]byte
 	// writeAtime: only the access time changed, or the entry is new.
 	writeAtime bool
 }
@@ -74,6 +73,10 @@ func (s *Store) flush() error {
 			return fmt.Errorf("%w; rebuilding it: %w", err, rerr)
 		}
 		err = s.flushOnce()
+	}
+	if err == nil {
+		s.cool()
+		releaseIndexPages(s.db)
 	}
 	return err
 }
@@ -131,7 +134,7 @@ func (s *Store) takePending() pendingCommit {
 		p.chunks = takeChunksLocked(e)
 		if e.atimeDirty || e.metaDirty {
 			p.writeAtime = true
-			binary.LittleEndian.PutUint64(p.atime[:], uint64(e.atime))
+			p.atime = encodeAtime(e.atime, e.bytes)
 		}
 		e.metaDirty, e.atimeDirty, e.resetChunks = false, false, false
 		c.puts = append(c.puts, p)
@@ -274,7 +277,7 @@ func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
 	if err := moveAside(path, s.log.Error, msg, why); err != nil {
 		return nil, err
 	}
-	db, _, _, err := tryOpenIndex(path)
+	db, _, err := tryOpenIndex(path)
 	if err != nil {
 		return nil, fmt.Errorf("open cache index %s: %w", path, err)
 	}
@@ -292,13 +295,28 @@ func (s *Store) rebuildIndex(why error) error {
 	// then wait for it forever. Its descriptor and map are leaked, once;
 	// its flock is on the file moved aside (our own lock is v1/lock).
 	s.db = nil
+	s.liveDB.Store(nil)
 	db, err := s.freshIndex("cache index damaged; moving it aside and writing it again from memory", why)
 	if err != nil {
 		return err
 	}
 	s.db = db
+	s.liveDB.Store(db)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Cold entries are in the old index only: they go, their files
+	// unlinked in the background (deleting keeps their keys from being
+	// written again until then).
+	var cold []*entry
+	for _, sl := range s.cold.slots[s.cold.head:] {
+		if sl.bytes >= 0 {
+			cold = append(cold, s.dropColdLocked(sl.key.String(), sl.bytes))
+		}
+	}
+	s.cold = coldSet{}
+	if len(cold) > 0 {
+		go s.finishEvictions(cold)
+	}
 	for _, e := range s.entries {
 		if e.live {
 			e.atimeDirty = true

@@ -182,8 +182,9 @@ func (s *Store) checkInvariants(t *testing.T) {
 	for el := s.open.Front(); el != nil; el = el.Next() {
 		assert.NotNil(t, el.Value.(*entry).file)
 	}
+	sum += s.checkColdLocked(t)
 	assert.LessOrEqual(t, s.open.Len(), s.hooks.maxOpen)
-	assert.Equal(t, sum, s.used, "used == sum of entry bytes")
+	assert.Equal(t, sum, s.used, "used == sum of entry bytes, warm and cold")
 	assert.Zero(t, s.reserved)
 	for k, d := range s.deleting {
 		assert.NotContains(t, s.entries, k)
@@ -259,4 +260,19 @@ func (b bitmap) countRange(first, limit int64) int64 {
 		}
 	}
 	return n
+}
+
+// checkColdLocked checks the cold queue against its index and the warm
+// entries, and returns the bytes of its entries. LOCKS_REQUIRED(s.mu)
+func (s *Store) checkColdLocked(t *testing.T) (sum int64) {
+	t.Helper()
+	for k, i := range s.cold.pos {
+		sl := s.cold.slots[i]
+		assert.Equal(t, k, sl.key, "cold index")
+		assert.GreaterOrEqual(t, sl.bytes, int64(0), "cold slot of a key gone")
+		assert.GreaterOrEqual(t, int(i), s.cold.head)
+		assert.NotContains(t, s.entries, k.String(), "warm and cold")
+		sum += sl.bytes
+	}
+	return sum
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 // The index is one bbolt file with three buckets keyed by the entry's hex
@@ -19,7 +21,8 @@ import (
 //
 //	entries: name, version, size, block size, chunk 0 of bitmap and CRCs
 //	chunks:  the other chunks, keyed by entry key and chunk number
-//	atime:   last access, unix nanoseconds (8 bytes)
+//	atime:   last access, unix nanoseconds, and allocated bytes (16 bytes)
+//	meta:    the block size
 //
 // Last access lives apart because every cache hit updates it: keeping it
 // out of the entry value means an epoch of reads rewrites 8 bytes per
@@ -27,17 +30,47 @@ import (
 var (
 	entriesBucket = []byte("entries")
 	atimeBucket   = []byte("atime")
+	// metaBucket holds the block size the entries were cached with
+	// (blockSizeKey, 8 bytes little endian).
+	metaBucket   = []byte("meta")
+	blockSizeKey = []byte("block_size")
 )
 
-// loadedEntry is one row read from the index at open.
-type loadedEntry struct {
-	key   string
-	rec   *record
+// coldRow is one entry as Open reads it: from the atime bucket alone.
+type coldRow struct {
+	key   coldKey
 	atime int64
-	// lostChunks: chunks of rec found damaged and deleted; their blocks
-	// are absent.
-	lostChunks int
+	bytes int64 // allocated; -1 if the row predates them (8 bytes)
 }
+
+// loadedIndex is what Open reads of the index: every entry's key, size
+// and access time (or rank), and keys that are no entry's (bad).
+type loadedIndex struct {
+	rows         []coldRow
+	bad          []string
+	fromSnapshot bool // rows came from the snapshot (snapshot.go)
+}
+
+// atimeLen is an atime row's length: the access time, then the data
+// file's allocated bytes, so that Open learns an entry's size without
+// reading its record or its file. (Rows of 8 bytes, the access time
+// alone, were written before; Open counts their files once.)
+const atimeLen = 16
+
+// encodeAtime is the atime row of an entry last used at atime, with
+// bytes allocated.
+func encodeAtime(atime, bytes int64) (v [atimeLen]byte) {
+	binary.LittleEndian.PutUint64(v[:8], uint64(atime))
+	binary.LittleEndian.PutUint64(v[8:], uint64(bytes))
+	return v
+}
+
+// fullCheckMax: an index up to this size is checked whole at Open (one
+// walk of every page). A larger one is not walked: that would map all
+// of it (564 MB at 1.28M objects) into ferry's memory and delay the
+// mount by seconds; its pages are checked as they are read, under
+// guard, and a commit that finds one damaged rebuilds the index.
+const fullCheckMax = 64 << 20
 
 // errIndexDamaged: bbolt panicked, or faulted reading its memory map, on
 // a damaged page. Seen at open, the index is moved aside; seen in a later
@@ -87,7 +120,7 @@ func envError(err error) bool {
 // ferry processes must not share one cache directory) and an index the
 // machine will not let us open (envError) are errors, and nothing is
 // moved or deleted.
-func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
+func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, idx loadedIndex, err error) {
 	// bbolt checks an index in a goroutine of its own, where a fault on a
 	// damaged page kills the process (guard cannot reach it). A marker
 	// left by an open that never finished says so at the next start,
@@ -97,34 +130,34 @@ func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, ro
 	if _, err := os.Lstat(marker); err == nil {
 		if err := moveAside(path, logf, "cache index: the last start died opening it; moving it aside and starting an empty cache",
 			errors.New("open did not finish")); err != nil {
-			return nil, nil, nil, err
+			return nil, loadedIndex{}, err
 		}
 	}
 	mf, err := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("open cache index %s: %w", path, err)
+		return nil, loadedIndex{}, fmt.Errorf("open cache index %s: %w", path, err)
 	}
 	mf.Close()
 	defer os.Remove(marker)
 	for attempt := 0; attempt < 2; attempt++ {
-		db, rows, bad, err = tryOpenIndex(path)
+		db, idx, err = tryOpenIndex(path)
 		if err == nil {
-			return db, rows, bad, nil
+			return db, idx, nil
 		}
 		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, nil, nil, fmt.Errorf("cache index %s is locked by another process: %w", path, err)
+			return nil, loadedIndex{}, fmt.Errorf("cache index %s is locked by another process: %w", path, err)
 		}
 		if envError(err) && !errors.Is(err, errIndexDamaged) {
-			return nil, nil, nil, fmt.Errorf("open cache index %s: %w", path, err)
+			return nil, loadedIndex{}, fmt.Errorf("open cache index %s: %w", path, err)
 		}
 		if attempt == 1 {
 			break
 		}
 		if err := moveAside(path, logf, "cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
-			return nil, nil, nil, err
+			return nil, loadedIndex{}, err
 		}
 	}
-	return nil, nil, nil, fmt.Errorf("open cache index %s: %w", path, err)
+	return nil, loadedIndex{}, fmt.Errorf("open cache index %s: %w", path, err)
 }
 
 // moveAside moves the corrupt index at path to path+".corrupt" (one
@@ -132,6 +165,7 @@ func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, ro
 func moveAside(path string, logf func(msg string, args ...any), msg string, why error) error {
 	aside := path + ".corrupt"
 	logf(msg, "path", path, "moved_to", aside, "err", why)
+	os.Remove(filepath.Join(filepath.Dir(path), snapshotName))
 	if rerr := os.Rename(path, aside); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		if rerr := os.Remove(path); rerr != nil {
 			return fmt.Errorf("remove corrupt cache index: %w", rerr)
@@ -152,28 +186,34 @@ func openNoFollow(name string, flag int, perm os.FileMode) (*os.File, error) {
 // have left bbolt's writer lock held, and Close would wait for it
 // forever (see Store.rebuildIndex). Its flock goes with the file, which
 // the caller moves aside.
-func tryOpenIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
+func tryOpenIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 	err = guard(func() error {
-		db, rows, bad, err = readIndex(path)
+		db, idx, err = readIndex(path)
 		return err
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, loadedIndex{}, err
 	}
-	return db, rows, bad, nil
+	return db, idx, nil
 }
 
-// readIndex opens the index and reads every entry. It closes the database
-// on the errors it returns (not on a panic: see tryOpenIndex).
-func readIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err error) {
+// readIndex opens the index and reads every entry's access time and
+// size, from the snapshot a clean Close left (snapshot.go) or else from
+// the index's atime rows. It closes the database on the errors it returns (not on a panic:
+// see tryOpenIndex).
+func readIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, loadedIndex{}, err
 	}
 	// A full consistency check (page types, reachability, freelist) costs
-	// one walk of the index at mount and catches damage that would
-	// otherwise surface as a panic in a later commit.
+	// one walk of the index and catches damage that would otherwise
+	// surface as a panic in a later commit; a large index is checked as
+	// it is read instead (fullCheckMax).
 	err = db.View(func(tx *bolt.Tx) error {
+		if tx.Size() > fullCheckMax {
+			return nil
+		}
 		for cerr := range tx.Check() {
 			if err == nil {
 				err = cerr
@@ -181,98 +221,111 @@ func readIndex(path string) (db *bolt.DB, rows []loadedEntry, bad []string, err 
 		}
 		return err
 	})
+	// The snapshot, if a clean Close left one for this very index state
+	// (read before the Update below commits).
+	var txid int
+	if err == nil {
+		err = db.View(func(tx *bolt.Tx) error { txid = tx.ID(); return nil })
+	}
+	if err == nil {
+		idx.rows, idx.fromSnapshot = readSnapshot(filepath.Dir(path), txid)
+	}
+	if err == nil {
+		err = db.Update(func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket} {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err == nil && !idx.fromSnapshot {
+		prefetch(db)
+		err = db.View(func(tx *bolt.Tx) error {
+			idx.rows, idx.bad = scanAtimes(tx.Bucket(atimeBucket))
+			return nil
+		})
+	}
 	if err != nil {
 		db.Close()
-		return nil, nil, nil, err
+		return nil, loadedIndex{}, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		rows, bad, err = loadRows(tx)
-		return err
-	})
-	if err != nil {
-		db.Close()
-		return nil, nil, nil, err
-	}
-	return db, rows, bad, nil
+	return db, idx, nil
 }
 
-// loadRows reads every entry of the index, with its chunks, and deletes
-// what belongs to no entry: access times and chunks left by a crash
-// between two batches, or by an older ferry that wrote format 1 over a
-// format 2 entry, and chunks found damaged. Rows are in key order.
-func loadRows(tx *bolt.Tx) (rows []loadedEntry, bad []string, err error) {
-	eb, err := tx.CreateBucketIfNotExists(entriesBucket)
+// prefetch asks the kernel to read the index file into the page cache,
+// in large sequential reads, before the scan of access times faults its
+// pages in one by one: bbolt maps the file MADV_RANDOM, and the atime
+// rows' pages are spread over the whole file, so after a reboot the
+// scan of a 1.28M-object index waited on about 40,000 random reads.
+// Best effort.
+func prefetch(db *bolt.DB) {
+	f, err := os.Open(db.Path())
 	if err != nil {
-		return nil, nil, err
+		return
 	}
-	cb, err := tx.CreateBucketIfNotExists(chunksBucket)
-	if err != nil {
-		return nil, nil, err
-	}
-	ab, err := tx.CreateBucketIfNotExists(atimeBucket)
-	if err != nil {
-		return nil, nil, err
-	}
-	// Entries of format 2 with more than one chunk, by key.
-	chunked := map[string]int{}
-	if err := eb.ForEach(func(k, v []byte) error {
-		rec, derr := decodeRecord(k, v)
-		if derr != nil || len(k) != 64 {
-			bad = append(bad, string(k))
-			return nil
-		}
-		var at int64
-		if a := ab.Get(k); len(a) == 8 {
-			at = int64(binary.LittleEndian.Uint64(a))
-		}
-		if rec.format == recordV2 && numChunks(numBlocks(rec.size, rec.blockSize)) > 1 {
-			chunked[string(k)] = len(rows)
-		}
-		rows = append(rows, loadedEntry{key: string(k), rec: rec, atime: at})
-		return nil
-	}); err != nil {
-		return nil, nil, err
-	}
-	var stray, strayChunks [][]byte
-	if err := cb.ForEach(func(k, v []byte) error {
-		i, ok := -1, len(k) == 68
-		if ok {
-			i, ok = chunked[string(k[:64])]
-		}
+	defer f.Close()
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_WILLNEED)
+}
+
+// scanAtimes reads every entry's access time and size, in key order;
+// keys that are no entry's (not 64 hex digits) are returned in bad.
+func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
+	c := ab.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		ck, ok := coldKeyOf(string(k))
 		if !ok {
-			strayChunks = append(strayChunks, append([]byte(nil), k...))
+			bad = append(bad, string(k))
+			continue
+		}
+		r := coldRow{key: ck, bytes: -1}
+		if len(v) >= 8 {
+			r.atime = int64(binary.LittleEndian.Uint64(v))
+		}
+		if len(v) == atimeLen {
+			r.bytes = min(int64(binary.LittleEndian.Uint64(v[8:])), 1<<62)
+		}
+		rows = append(rows, r)
+	}
+	return rows, bad
+}
+
+// readEntry reads the record of key and its chunks from the index; nil
+// with no error if there is none. lost counts the chunks found damaged:
+// their blocks are absent, and the caller has them deleted.
+func (s *Store) readEntry(key string) (rec *record, lost int, err error) {
+	db := s.liveDB.Load() // not s.db: a commit may hold flushMu for a while
+	if db == nil {
+		return nil, 0, errIndexDamaged
+	}
+	err = guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			k := []byte(key)
+			v := tx.Bucket(entriesBucket).Get(k)
+			if v == nil {
+				return nil
+			}
+			var derr error
+			if rec, derr = decodeRecord(k, v); derr != nil {
+				return derr
+			}
+			n := numBlocks(rec.size, rec.blockSize)
+			if rec.format != recordV2 || numChunks(n) == 1 {
+				return nil
+			}
+			c := tx.Bucket(chunksBucket).Cursor()
+			for ck, cv := c.Seek(k); ck != nil && bytes.HasPrefix(ck, k); ck, cv = c.Next() {
+				i := int64(binary.BigEndian.Uint32(ck[len(k):]))
+				body, sealed := unseal(ck, cv)
+				if len(ck) != len(k)+4 || i == 0 || i >= numChunks(n) || !sealed || !readChunk(body, rec.present, rec.crcs, n, i) {
+					lost++
+				}
+			}
 			return nil
-		}
-		r := &rows[i]
-		n, c := numBlocks(r.rec.size, r.rec.blockSize), int64(binary.BigEndian.Uint32(k[64:]))
-		body, sealed := unseal(k, v)
-		if c == 0 || c >= numChunks(n) || !sealed || !readChunk(body, r.rec.present, r.rec.crcs, n, c) {
-			r.lostChunks++
-			strayChunks = append(strayChunks, append([]byte(nil), k...))
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, err
-	}
-	if err := ab.ForEach(func(k, _ []byte) error {
-		if eb.Get(k) == nil {
-			stray = append(stray, append([]byte(nil), k...))
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, err
-	}
-	for _, k := range stray {
-		if err := ab.Delete(k); err != nil {
-			return nil, nil, err
-		}
-	}
-	for _, k := range strayChunks {
-		if err := cb.Delete(k); err != nil {
-			return nil, nil, err
-		}
-	}
-	return rows, bad, nil
+		})
+	})
+	return rec, lost, err
 }
 
 // deleteChunks deletes every chunk of the entry key from cb. A key that
@@ -290,4 +343,29 @@ func deleteChunks(cb *bolt.Bucket, key []byte) error {
 		}
 	}
 	return nil
+}
+
+// releaseMin: an index smaller than this stays resident; releasing it
+// would save little.
+const releaseMin = 32 << 20
+
+// releaseIndexPages drops the index's pages from ferry's resident memory:
+// madvise(MADV_DONTNEED) on bbolt's map of the file, which is read-only
+// and shared, so the pages stay in the page cache and a later read maps
+// again what it needs (a minor fault). Without it every record read as
+// entries warm stays mapped: all 564 MB of a 1.28M-object index after one
+// epoch, counted in ferry's RSS. It runs in a read transaction, which
+// holds bbolt's map in place (a remap waits for it).
+func releaseIndexPages(db *bolt.DB) {
+	if db == nil {
+		return
+	}
+	_ = guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			if size := tx.Size(); size >= releaseMin {
+				_, _, _ = unix.Syscall(unix.SYS_MADVISE, db.Info().Data, uintptr(size), unix.MADV_DONTNEED)
+			}
+			return nil
+		})
+	})
 }

@@ -1,5 +1,7 @@
 package filecache
 
+import bolt "go.etcd.io/bbolt"
+
 // CachedBytes is how many bytes of obj's version are present in the cache
 // (the blocks marked present, the last one counting its short length).
 // It reads only memory: no disk access, no CRC check, and it does not
@@ -9,9 +11,8 @@ func (s *Store) CachedBytes(obj Key) int64 {
 	if obj.Size == 0 {
 		return 0
 	}
-	s.mu.Lock()
+	e := s.lockLookup(obj)
 	defer s.mu.Unlock()
-	e := s.lookupLocked(obj)
 	if e == nil {
 		return 0
 	}
@@ -26,8 +27,13 @@ func (s *Store) CachedBytes(obj Key) int64 {
 // Drop removes the cached data of every version of the named objects that
 // match, as if evicted (counted in ferry_cache_evictions_total). It is for
 // an operator's explicit `ferry invalidate --data`, not the read path: it
-// scans every entry and commits the index. It returns the entries dropped and their bytes.
+// reads every record of the index (cold entries' names are there only)
+// and commits the index. It returns the entries dropped and their bytes.
 func (s *Store) Drop(match func(name string) bool) (entries int, bytes int64) {
+	cold, err := s.coldMatching(match)
+	if err != nil {
+		s.logOnce("index read", "cache index could not be read; cold entries were not dropped", "err", err)
+	}
 	s.mu.Lock()
 	var victims []*entry
 	for _, e := range s.byObj {
@@ -40,6 +46,16 @@ func (s *Store) Drop(match func(name string) bool) (entries int, bytes int64) {
 			victims = append(victims, v)
 		}
 	}
+	for _, ck := range cold {
+		// Still cold: one warmed meanwhile was dropped above, or is
+		// newer than the call.
+		if b, ok := s.cold.take(ck); ok {
+			entries++
+			bytes += b
+			s.evictions.Add(1)
+			victims = append(victims, s.dropColdLocked(ck.String(), b))
+		}
+	}
 	s.mu.Unlock()
 	s.finishEvictions(victims)
 	if entries > 0 {
@@ -50,4 +66,31 @@ func (s *Store) Drop(match func(name string) bool) (entries int, bytes int64) {
 		}
 	}
 	return entries, bytes
+}
+
+// coldMatching returns the keys of the index's records whose names
+// match: candidates, for the caller to check that they are still cold.
+func (s *Store) coldMatching(match func(name string) bool) ([]coldKey, error) {
+	db := s.liveDB.Load()
+	if db == nil {
+		return nil, nil
+	}
+	var keys []coldKey
+	err := guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket(entriesBucket).ForEach(func(k, v []byte) error {
+				ck, ok := coldKeyOf(string(k))
+				if !ok {
+					return nil
+				}
+				// Only this bucket's: records do not name theirs, keys do.
+				rec, err := decodeRecord(k, v)
+				if err == nil && match(rec.name) && s.keySum(Key{Name: rec.name, Version: rec.version, Size: rec.size}) == ck {
+					keys = append(keys, ck)
+				}
+				return nil
+			})
+		})
+	})
+	return keys, err
 }

@@ -1,6 +1,7 @@
 package filecache
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -37,12 +38,29 @@ func TestCachedBytes(t *testing.T) {
 }
 
 func TestDrop(t *testing.T) {
+	for _, cold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cold=%v", cold), func(t *testing.T) { testDrop(t, cold) })
+	}
+}
+
+// testDrop drops entries warm, or cold (after a restart: their names are
+// in the index only), next to another bucket's entry of the same name.
+func testDrop(t *testing.T, cold bool) {
 	dir := t.TempDir()
+	other := openT(t, Config{Dir: dir, BucketID: "other"}, hooks{})
+	oa := obj("train/a", 3*testBS)
+	require.Equal(t, 3, other.WriteBlocks(oa, 0, blocksData(oa, 0, 3, testBS)))
+	require.NoError(t, other.Close())
 	s := openT(t, Config{Dir: dir}, hooks{})
 	objs := []string{"train/a", "train/b", "train/sub/c", "trainer", "val/d"}
 	for _, name := range objs {
 		o := obj(name, 3*testBS)
 		require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+	}
+	if cold {
+		require.NoError(t, s.Close())
+		s = openT(t, Config{Dir: dir}, hooks{})
+		require.EqualValues(t, 6, s.Stats().ColdEntries)
 	}
 	before := du(t, dir)
 
@@ -64,4 +82,9 @@ func TestDrop(t *testing.T) {
 	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
 	assert.True(t, readOK(t, s, o, 0))
 	s.checkInvariants(t)
+
+	// The other bucket's train/a was not dropped.
+	require.NoError(t, s.Close())
+	other = openT(t, Config{Dir: dir, BucketID: "other"}, hooks{})
+	assert.True(t, readOK(t, other, oa, 2))
 }

@@ -26,8 +26,15 @@ type Key struct {
 // keyFor is the on-disk key of obj in this store's bucket, the hex
 // SHA-256 of (bucket ID, name, version, size): it names the data file
 // and the index row, so it must never change (an existing cache would be
-// lost). Fields are length-prefixed so no two tuples hash the same input.
+// lost).
 func (s *Store) keyFor(obj Key) string {
+	sum := s.keySum(obj)
+	return hex.EncodeToString(sum[:])
+}
+
+// keySum is keyFor in binary. Fields are length-prefixed so no two tuples
+// hash the same input.
+func (s *Store) keySum(obj Key) (sum coldKey) {
 	h := sha256.New()
 	var n [8]byte
 	for _, f := range []string{"ferry-filecache-v1", s.bucketID, obj.Name, obj.Version} {
@@ -37,8 +44,8 @@ func (s *Store) keyFor(obj Key) string {
 	}
 	binary.LittleEndian.PutUint64(n[:], obj.Size)
 	h.Write(n[:])
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	h.Sum(sum[:0])
+	return sum
 }
 
 func (s *Store) pathFor(key string) string {
@@ -51,10 +58,4 @@ func (s *Store) blockLen(obj Key, idx int64) int64 {
 		return -1
 	}
 	return min(s.blockSize, int64(obj.Size)-idx*s.blockSize)
-}
-
-// lookupLocked returns the live entry for obj, or nil.
-// LOCKS_REQUIRED(s.mu)
-func (s *Store) lookupLocked(obj Key) *entry {
-	return s.byObj[obj]
 }

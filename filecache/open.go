@@ -1,14 +1,18 @@
 package filecache
 
 import (
+	"bytes"
+	"cmp"
 	"container/list"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	bolt "go.etcd.io/bbolt"
@@ -22,6 +26,7 @@ func Open(cfg Config) (*Store, error) {
 }
 
 func open(cfg Config, h hooks) (*Store, error) {
+	start := time.Now()
 	cfg, err := checkConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -70,9 +75,12 @@ func open(cfg Config, h hooks) (*Store, error) {
 		s.db.Close()
 		return nil, err
 	}
+	s.liveDB.Store(s.db)
+	releaseIndexPages(s.db) // the scan of access times mapped them
 	go s.flusher()
+	go s.tidy(start)
 	opened = true
-	s.log.Info("cache opened", "dir", s.dir, "entries", len(s.entries), "used_bytes", s.used,
+	s.log.Info("cache opened", "dir", s.dir, "entries", s.cold.len(), "from_snapshot", s.fromSnapshot, "used_bytes", s.used,
 		"limit_bytes", s.limit, "min_free_bytes", s.minFree, "block_size", s.blockSize)
 	return s, nil
 }
@@ -119,6 +127,9 @@ func (h hooks) withDefaults() hooks {
 	if h.maxOpen <= 0 {
 		h.maxOpen = defaultMaxOpen
 	}
+	if h.maxWarm <= 0 {
+		h.maxWarm = maxWarm
+	}
 	return h
 }
 
@@ -140,6 +151,7 @@ func newStore(cfg Config, h hooks, root string) *Store {
 		kick:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
+		tidied:      make(chan struct{}),
 		entries:     map[string]*entry{},
 		byObj:       map[Key]*entry{},
 		lru:         list.New(),
@@ -191,12 +203,13 @@ func (s *Store) claimDir() error {
 // commit finds the index damaged, the cache starts empty, with a fresh
 // index. On error, no index is open.
 func (s *Store) loadIndex() error {
-	db, rows, bad, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
+	db, idx, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
 	if err != nil {
 		return err
 	}
 	s.db = db
-	err = s.load(rows, bad)
+	s.fromSnapshot = idx.fromSnapshot
+	err = s.load(idx.rows, idx.bad)
 	if err == nil {
 		return nil
 	}
@@ -210,98 +223,111 @@ func (s *Store) loadIndex() error {
 	if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
 		return err
 	}
-	// The work load marked (entries migrated from the old format) was
-	// for the index just moved aside.
-	s.entries, s.byObj, s.lru, s.used = map[string]*entry{}, map[Key]*entry{}, list.New(), 0
-	s.dirty, s.deleted = map[string]*entry{}, map[string]struct{}{}
-	if err := s.load(nil, nil); err != nil {
-		s.db.Close()
-		return err
-	}
+	s.cold, s.used = coldSet{}, 0
 	return nil
 }
 
-// load reconciles the index with the data files: entries whose file is
-// missing (or whose block size changed) go, files without an entry go,
-// and usage is recounted from what the files really occupy.
-func (s *Store) load(rows []loadedEntry, bad []string) error {
-	var drop []string
-	drop = append(drop, bad...)
-	migrated, lost := 0, 0
-	sort.Slice(rows, func(i, j int) bool { return rows[i].atime < rows[j].atime })
-	for _, r := range rows {
-		e := &entry{
-			key: r.key, obj: Key{Name: r.rec.name, Version: r.rec.version, Size: r.rec.size},
-			nblocks: numBlocks(r.rec.size, r.rec.blockSize),
-			present: r.rec.present, crcs: r.rec.crcs, atime: r.atime, live: true,
-		}
-		if r.rec.blockSize != s.blockSize {
-			drop = append(drop, r.key)
-			os.Remove(s.pathFor(r.key))
+// load queues the index's entries cold (cold.go), least recent first,
+// and counts what they use. Rows from before the index recorded sizes
+// have their files counted once, and written again with them; rows of
+// missing files, and rows that are no entry's (bad), go. Nothing else
+// is read now: records are checked as they are warmed, and files that
+// no entry claims are removed after Open returns (tidy).
+func (s *Store) load(rows []coldRow, bad []string) error {
+	emptied, err := s.claimBlockSize()
+	if err != nil {
+		return fmt.Errorf("cache index: %w", err)
+	}
+	if emptied {
+		rows, bad = nil, nil
+	}
+	drop := bad
+	var upgraded []coldRow
+	for i := range rows {
+		r := &rows[i]
+		if r.bytes >= 0 {
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(s.pathFor(r.key), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			drop = append(drop, r.key)
+		key := r.key.String()
+		if err := unix.Lstat(s.pathFor(key), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			drop = append(drop, key)
 			continue
 		}
-		e.bytes = st.Blocks * 512
-		e.elem = s.lru.PushFront(e)
-		s.entries[e.key] = e
-		// Entries another BucketID left in a shared Dir stay until LRU
-		// evicts them; only ours can be looked up.
-		if s.keyFor(e.obj) == e.key {
-			e.own = true
-			s.byObj[e.obj] = e
-		}
-		s.used += e.bytes
-		if r.rec.format == recordV1 {
-			// Written again in format 2 by the first commit.
-			s.markAllDirtyLocked(e)
-			migrated++
-		}
-		lost += r.lostChunks
+		r.bytes = st.Blocks * 512
+		upgraded = append(upgraded, *r)
 	}
-	if migrated > 0 {
-		s.log.Info("cache index: entries of the unchunked format are written again, chunked, at the first commit", "entries", migrated)
+	if len(upgraded) > 0 {
+		s.log.Info("cache index: counting the files of entries recorded without their size, once", "entries", len(upgraded))
+		if err := s.putAtimes(upgraded); err != nil {
+			return fmt.Errorf("upgrade cache index: %w", err)
+		}
 	}
-	orphans := s.removeOrphans()
-	if orphans > 0 || len(drop) > 0 || lost > 0 {
-		s.log.Info("cache cleaned up", "orphan_files", orphans, "stale_entries", len(drop), "damaged_chunks", lost)
+	slices.SortFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
+	s.cold.slots = make([]coldSlot, 0, len(rows))
+	s.cold.pos = make(map[coldKey]int32, len(rows))
+	for _, r := range rows { // keys are unique: the index's, or the snapshot's of them
+		if r.bytes >= 0 {
+			s.cold.add(r.key, r.bytes)
+			s.used += r.bytes
+		}
 	}
 	if len(drop) == 0 {
 		return nil
 	}
+	s.log.Info("cache cleaned up", "stale_entries", len(drop))
 	if err := s.deleteRows(drop); err != nil {
 		return fmt.Errorf("clean cache index: %w", err)
 	}
 	return nil
 }
 
-// removeOrphans removes anything under data/ that is not an entry's file,
-// and returns how many it found. WalkDir does not follow symlinks, and
-// Remove on a link removes the link.
-func (s *Store) removeOrphans() int {
-	var orphans int
-	_ = filepath.WalkDir(s.dataDir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == s.dataDir {
-			return nil
-		}
-		if d.IsDir() {
-			if len(d.Name()) != 2 || filepath.Dir(p) != s.dataDir {
-				orphans++
-				os.RemoveAll(p)
-				return filepath.SkipDir
+// claimBlockSize records the store's block size in the index. If the
+// index was written with another, every entry is dropped (emptied): one
+// cached with another block size is no use, and finding them one by one
+// as they are warmed would leave the rest taking space until evicted.
+// Their files go with the other orphans (tidy).
+func (s *Store) claimBlockSize() (emptied bool, err error) {
+	err = guard(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			mb, err := tx.CreateBucketIfNotExists(metaBucket)
+			if err != nil {
+				return err
+			}
+			var want [8]byte
+			binary.LittleEndian.PutUint64(want[:], uint64(s.blockSize))
+			if v := mb.Get(blockSizeKey); v != nil && !bytes.Equal(v, want[:]) {
+				s.log.Info("cache block size changed: dropping the cache", "block_size", s.blockSize)
+				emptied = true
+				for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket} {
+					if err := tx.DeleteBucket(b); err != nil {
+						return err
+					}
+					if _, err := tx.CreateBucket(b); err != nil {
+						return err
+					}
+				}
+			}
+			return mb.Put(blockSizeKey, want[:])
+		})
+	})
+	return emptied, err
+}
+
+// putAtimes writes the atime rows of rows, in one commit.
+func (s *Store) putAtimes(rows []coldRow) error {
+	return guard(func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			ab := tx.Bucket(atimeBucket)
+			for _, r := range rows {
+				v := encodeAtime(r.atime, r.bytes)
+				if err := ab.Put([]byte(r.key.String()), v[:]); err != nil {
+					return err
+				}
 			}
 			return nil
-		}
-		if e, ok := s.entries[d.Name()]; !ok || s.pathFor(e.key) != p {
-			orphans++
-			os.Remove(p)
-		}
-		return nil
+		})
 	})
-	return orphans
 }
 
 // deleteRows deletes the index rows of keys, in one commit.

@@ -20,8 +20,7 @@ func (s *Store) WillRead(obj Key, first, n int64) {
 	if n <= 0 {
 		return
 	}
-	s.mu.Lock()
-	e := s.lookupLocked(obj)
+	e := s.lockLookup(obj)
 	if s.closed || e == nil {
 		s.mu.Unlock()
 		return
@@ -40,9 +39,8 @@ func (s *Store) HasBlock(obj Key, idx int64) bool {
 	if s.blockLen(obj, idx) < 0 {
 		return false
 	}
-	s.mu.Lock()
+	e := s.lockLookup(obj)
 	defer s.mu.Unlock()
-	e := s.lookupLocked(obj)
 	return e != nil && e.present.get(idx)
 }
 
@@ -124,9 +122,8 @@ func (s *Store) spanOf(obj Key, first int64, n int) int64 {
 // present, noting in r which are and their CRCs, and the read check the
 // read counts toward; nil if none is.
 func (s *Store) pinForRead(obj Key, r *blockRead) (e *entry, wantCheck bool, rc *readCheck) {
-	s.mu.Lock()
+	e = s.lockLookup(obj)
 	defer s.mu.Unlock()
-	e = s.lookupLocked(obj)
 	if s.closed || e == nil {
 		return nil, false, nil
 	}

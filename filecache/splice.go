@@ -89,8 +89,7 @@ func (s *Store) Spliceable(obj Key, off, n int64) (f *os.File, release func(), o
 		return nil, nil, false
 	}
 	b0, b1 := off/s.blockSize, (off+n-1)/s.blockSize
-	s.mu.Lock()
-	e := s.lookupLocked(obj)
+	e := s.lockLookup(obj)
 	if s.closed || e == nil || e.checked == nil || e.wantReadCheck || e.readCheck != nil {
 		s.mu.Unlock()
 		return nil, nil, false

@@ -241,8 +241,7 @@ func TestSpliceableForgetsADroppedBlock(t *testing.T) {
 	readBlocks(t, s, o, 0, 3)
 	require.True(t, spliceOK(t, s, o, 0, 3*testBS))
 	// The bytes on disk no longer match the CRC recorded for block 1.
-	s.mu.Lock()
-	s.lookupLocked(o).crcs[1] ^= 1
+	s.lockLookup(o).crcs[1] ^= 1
 	s.mu.Unlock()
 	assert.False(t, readOK(t, s, o, 1))
 	assert.False(t, spliceOK(t, s, o, testBS, 1))

@@ -65,7 +65,8 @@ type Config struct {
 	MinFree int64
 	// BlockSize is the unit of caching and checksumming: a power of two
 	// from 4 KiB to 16 MiB; 0 means DefaultBlockSize. Entries cached with
-	// another block size are dropped at open.
+	// another block size are dropped at open (their files in the
+	// background).
 	BlockSize int64
 	// BucketID distinguishes buckets sharing one Dir (e.g. Bucket.Name()).
 	BucketID string
@@ -93,6 +94,8 @@ type Stats struct {
 	SplicedBlocks           int64 // blocks Spliceable handed out (of HitBlocks)
 	SplicedBytes            int64 // their bytes
 	Entries                 int64 // object versions with a data file
+	ColdEntries             int64 // of Entries, those memory holds only the key and size of (cold.go)
+	Warmed, Cooled          int64 // cold entries read from the index as they were used; warm ones put back
 	UsedBytes               int64 // allocated bytes of all data files
 	LimitBytes              int64 // effective MaxSize
 }
@@ -117,6 +120,8 @@ type hooks struct {
 	inCommit func()
 	// indexPut sees every key and value a commit puts in the index.
 	indexPut func(key, val []byte)
+	// maxWarm bounds the entries held whole (cold.go).
+	maxWarm int
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -205,9 +210,15 @@ type Store struct {
 	limit     int64
 	minFree   int64
 	fsBlock   int64 // allocation unit, for estimating a write's space
-	db        *bolt.DB
-	dirFile   *os.File // Dir/v1, for syncfs
-	lock      *os.File // Dir/v1/lock, flock'ed while open
+	// fromSnapshot: Open read the entries from the snapshot a clean
+	// Close left (snapshot.go), not from the index.
+	fromSnapshot bool
+	db           *bolt.DB // GUARDED_BY(flushMu) once open
+	// liveDB is db for reads outside flushMu (warming, cold.go); a
+	// rebuild replaces both.
+	liveDB  atomic.Pointer[bolt.DB]
+	dirFile *os.File // Dir/v1, for syncfs
+	lock    *os.File // Dir/v1/lock, flock'ed while open
 
 	flushMu   sync.Mutex    // serialises index commits
 	lastSync  time.Time     // GUARDED_BY(flushMu)
@@ -216,15 +227,17 @@ type Store struct {
 	kick      chan struct{}
 	done      chan struct{}
 	stopped   chan struct{}
+	tidied    chan struct{} // closed when tidy is done
 
 	mu sync.Mutex
-	// INVARIANT: used == sum of bytes over entries.
+	// INVARIANT: used == sum of bytes over entries and cold entries.
 	// INVARIANT: e in entries <=> e.live <=> e.elem != nil.
 	// INVARIANT: byObj holds exactly the entries with own set.
 	entries     map[string]*entry    // GUARDED_BY(mu); by key, incl. other buckets' entries
 	byObj       map[Key]*entry       // GUARDED_BY(mu); this bucket's entries, by Key: no SHA-256 per lookup
 	lru         *list.List           // GUARDED_BY(mu); front = most recent
 	open        *list.List           // GUARDED_BY(mu); entries with an open file, front = most recent
+	cold        coldSet              // GUARDED_BY(mu); entries the index has and memory does not (cold.go)
 	deleting    map[string]*deletion // GUARDED_BY(mu); evicted, not yet unlinked and committed
 	dirty       map[string]*entry    // GUARDED_BY(mu); to write at the next commit
 	deleted     map[string]struct{}  // GUARDED_BY(mu); to delete at the next commit
@@ -248,6 +261,7 @@ type Store struct {
 	wholeChecks, wholeCheckedBytes             atomic.Int64
 	readChecks                                 atomic.Int64
 	splicedBlocks, splicedBytes                atomic.Int64
+	warmed, cooled                             atomic.Int64
 
 	splice bool // Config.Splice
 }
@@ -275,7 +289,7 @@ func (s *Store) BlockSize() int64 { return s.blockSize }
 // Stats returns the counters and current usage.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
-	used, n := s.used, int64(len(s.entries))
+	used, warm, cold := s.used, int64(len(s.entries)), int64(s.cold.len())
 	s.mu.Unlock()
 	return Stats{
 		HitBlocks: s.hitBlocks.Load(), HitBytes: s.hitBytes.Load(),
@@ -286,7 +300,8 @@ func (s *Store) Stats() Stats {
 		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
 		ReadChecks:    s.readChecks.Load(),
 		SplicedBlocks: s.splicedBlocks.Load(), SplicedBytes: s.splicedBytes.Load(),
-		Entries: n, UsedBytes: used, LimitBytes: s.limit,
+		Entries: warm + cold, ColdEntries: cold, Warmed: s.warmed.Load(), Cooled: s.cooled.Load(),
+		UsedBytes: used, LimitBytes: s.limit,
 	}
 }
 
@@ -302,7 +317,16 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.done)
 	<-s.stopped
+	<-s.tidied
 	err := s.flush()
+	if err == nil {
+		// For the next Open to read instead of the index (snapshot.go).
+		s.flushMu.Lock()
+		if serr := s.writeSnapshot(); serr != nil {
+			s.log.Warn("cache: could not write the entries' snapshot; the next start reads the index", "err", serr)
+		}
+		s.flushMu.Unlock()
+	}
 	s.mu.Lock()
 	var files []openFiles
 	for el := s.open.Front(); el != nil; {

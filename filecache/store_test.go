@@ -131,6 +131,7 @@ func TestPersistAcrossReopen(t *testing.T) {
 	require.NoError(t, s.Close())
 	s = openT(t, Config{Dir: dir, BlockSize: 2 * testBS}, hooks{})
 	assert.Zero(t, s.Stats().Entries)
+	<-s.tidied
 	assert.Zero(t, du(t, dir))
 }
 
@@ -214,6 +215,7 @@ func TestOrphanAndMissingFileCleanup(t *testing.T) {
 	require.NoError(t, os.Remove(bPath)) // entry without a file
 
 	s = openT(t, Config{Dir: dir}, hooks{})
+	<-s.tidied // orphans are removed after Open returns
 	for _, p := range append(orphans, link) {
 		_, err := os.Lstat(p)
 		assert.ErrorIs(t, err, os.ErrNotExist, p)
@@ -221,9 +223,10 @@ func TestOrphanAndMissingFileCleanup(t *testing.T) {
 	got, err := os.ReadFile(outside)
 	require.NoError(t, err)
 	assert.Equal(t, "keep me", string(got), "symlink target untouched")
-	assert.EqualValues(t, 1, s.Stats().Entries)
+	assert.EqualValues(t, 2, s.Stats().Entries, "entries are checked as they are used")
 	assert.True(t, readOK(t, s, a, 1))
 	assert.False(t, readOK(t, s, b, 0))
+	assert.EqualValues(t, 1, s.Stats().Entries, "b, without its file, is dropped")
 	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
 
 	// The dropped entry stays dropped.
@@ -266,6 +269,7 @@ func TestCorruptIndexRecovery(t *testing.T) {
 			require.NoError(t, err, "moved aside")
 			assert.Len(t, rec.errors(), 1, "and logged")
 			assert.Zero(t, s.Stats().Entries)
+			<-s.tidied
 			assert.Zero(t, du(t, dir), "orphaned data removed")
 			for i := int64(0); i < 2; i++ {
 				readOK(t, s, a, i)
@@ -379,7 +383,7 @@ func TestMetrics(t *testing.T) {
 	readOK(t, s, q, 0)
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 16, n)
+	assert.Equal(t, 19, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ferry_cache_min_free_bytes Free space the cache leaves on its volume (--cache-min-free): it evicts to keep it.
 # TYPE ferry_cache_min_free_bytes gauge
@@ -414,7 +418,10 @@ ferry_cache_read_checks_total 1
 # HELP ferry_cache_spliced_bytes_total Of the bytes served from the local cache, those handed out to be sent from the cache file without ferry checking them again (spliced to the kernel, or copied where no pipe fits): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.
 # TYPE ferry_cache_spliced_bytes_total counter
 ferry_cache_spliced_bytes_total 4096
-`), "ferry_cache_spliced_bytes_total", "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes", "ferry_cache_min_free_bytes",
+# HELP ferry_cache_entries Object versions in the local cache.
+# TYPE ferry_cache_entries gauge
+ferry_cache_entries 2
+`), "ferry_cache_entries", "ferry_cache_spliced_bytes_total", "ferry_cache_hits_bytes_total", "ferry_cache_misses_bytes_total", "ferry_cache_limit_bytes", "ferry_cache_min_free_bytes",
 		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_written_bytes_total",
 		"ferry_cache_whole_checks_total", "ferry_cache_whole_checked_bytes_total", "ferry_cache_read_checks_total"))
 	problems, err := testutil.GatherAndLint(reg)

@@ -55,8 +55,7 @@ func (s *Store) Whole(obj Key) (*WholeFile, bool) {
 	if obj.Size == 0 {
 		return nil, false
 	}
-	s.mu.Lock()
-	e := s.lookupLocked(obj)
+	e := s.lockLookup(obj)
 	if s.closed || e == nil || e.present.count() != e.nblocks {
 		s.mu.Unlock()
 		return nil, false
@@ -321,9 +320,8 @@ func (s *Store) Unready(obj Key, limit int64) []ranges.ByteRange {
 	if obj.Size == 0 {
 		return nil
 	}
-	s.mu.Lock()
+	e := s.lockLookup(obj)
 	defer s.mu.Unlock()
-	e := s.lookupLocked(obj)
 	if s.closed || e == nil {
 		return nil
 	}

@@ -90,9 +90,8 @@ func (s *Store) freeSpace() int64 {
 // It returns nil if there is nothing to write, with w.stored set: all the
 // blocks are stored already, or none can be.
 func (s *Store) reserveWrite(obj Key, w *blockWrite) *entry {
-	key := s.keyFor(obj)
-	s.mu.Lock()
-	e, isNew := s.entryForWriteLocked(obj, key)
+	ck := s.keySum(obj)
+	e, isNew := s.entryForWriteLocked(obj, ck, s.lockLookupSum(obj, &ck))
 	if e == nil {
 		s.mu.Unlock()
 		return nil
@@ -138,24 +137,26 @@ func (s *Store) reserveWrite(obj Key, w *blockWrite) *entry {
 	return e
 }
 
-// entryForWriteLocked returns obj's entry (key), made if there is none
-// (isNew), or nil if obj must not be written now.
+// entryForWriteLocked returns obj's entry, e if it has one (warm), made
+// if not (isNew), or nil if obj must not be written now. ck is obj's key.
 // LOCKS_REQUIRED(s.mu)
-func (s *Store) entryForWriteLocked(obj Key, key string) (e *entry, isNew bool) {
+func (s *Store) entryForWriteLocked(obj Key, ck coldKey, e *entry) (_ *entry, isNew bool) {
 	if s.closed {
 		return nil, false
 	}
+	if e != nil {
+		return e, false
+	}
+	key := ck.String()
 	if _, ok := s.deleting[key]; ok {
 		// The previous file for this key is still being deleted (see
 		// deletion); skip. A later read will fetch and write again.
 		return nil, false
 	}
-	if e := s.lookupLocked(obj); e != nil {
-		return e, false
-	}
-	if old := s.entries[key]; old != nil {
+	if old := s.entries[key]; old != nil || s.cold.has(ck) {
 		// A hash collision would need SHA-256 broken; still, never
-		// mix two objects in one file.
+		// mix two objects in one file. (A cold entry for key is warmed
+		// by the lookup; one cooled again since is left for the next.)
 		return nil, false
 	}
 	e = &entry{

@@ -252,7 +252,17 @@ func (s *scale) runFerry(ctx context.Context, t Tree, src string, f *Ferry, stor
 				}
 			}
 		}
-		ms.CacheBytes, _ = dirUsage(cache)
+		var uerr error
+		ms.CacheBytes, uerr = dirUsage(cache)
+		if tree := int64(t.Files) * s.opts.TinySize; uerr == nil && s.opts.Sizes == SizesTiny && ms.CacheBytes < tree {
+			// A cache that could not store the tree (its volume under
+			// --cache-min-free) makes the warm and remount passes
+			// store reads: say so, or the rows mislead.
+			uerr = fmt.Errorf("the cache holds %d bytes, less than the tree's %d: the passes after the cold read did not read from it", ms.CacheBytes, tree)
+		}
+		if uerr != nil && ms.Error == "" {
+			ms.Error = oneLine(uerr.Error())
+		}
 		s.report.Mounts = append(s.report.Mounts, ms)
 		if err := m.Unmount(); err != nil {
 			s.report.Notes = append(s.report.Notes, "unmount: "+oneLine(err.Error()))

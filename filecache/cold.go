@@ -1,0 +1,301 @@
+package filecache
+
+import (
+	"encoding/hex"
+	"errors"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cold entries. Memory holds an entry whole (name, bitmap, CRCs, about
+// 700 bytes with its maps) only while it is in use: from its first use
+// in this process until it has been idle long enough to be put back
+// (cooled). Every other entry the index holds is cold: its key and size,
+// 40 bytes in a queue and about 40 in a map, so that a cache of 1.28M
+// objects costs about 100 MB here rather than 900, and Open reads only
+// the index's access times (16 bytes an entry), not every record. A cold
+// entry is read from the index when it is next looked up (warmed), and
+// checked then as Open once checked every entry: a record that does not
+// decode, another block size, a data file that is missing.
+//
+// The queue is in LRU order, least recent first, and every cold entry is
+// less recent than every warm one: Open queues the index's entries by
+// access time, cooling takes warm entries from the back of the LRU list,
+// and warming takes the entry out of the queue. So eviction takes cold
+// entries first, from the queue's head, then warm ones.
+
+// maxWarm bounds the entries held whole; the least recently used idle
+// ones beyond it are cooled after each index commit (about 45 MB).
+const maxWarm = 1 << 16
+
+// coldKey is an entry's key (the hex SHA-256 of keyFor) in binary.
+type coldKey [32]byte
+
+// coldKeyOf returns key's binary form, and false if key is not 64 hex
+// digits (no entry's key: a damaged row).
+func coldKeyOf(key string) (ck coldKey, ok bool) {
+	if len(key) != 2*len(ck) {
+		return ck, false
+	}
+	_, err := hex.Decode(ck[:], []byte(key))
+	return ck, err == nil
+}
+
+func (ck coldKey) String() string { return hex.EncodeToString(ck[:]) }
+
+// coldSlot is one cold entry; bytes < 0 marks a slot whose entry left
+// the queue (warmed, evicted or dropped).
+type coldSlot struct {
+	key   coldKey
+	bytes int64
+}
+
+// coldSet is the queue of cold entries with an index by key. It is not
+// safe for concurrent use: Store.mu guards it.
+type coldSet struct {
+	slots []coldSlot        // head first: least recent first
+	head  int               // slots before head are gone
+	pos   map[coldKey]int32 // key -> index in slots
+}
+
+func (c *coldSet) len() int { return len(c.pos) }
+
+func (c *coldSet) has(k coldKey) bool {
+	_, ok := c.pos[k]
+	return ok
+}
+
+// add queues k, of bytes allocated, as the most recent cold entry; k must
+// not be queued already.
+func (c *coldSet) add(k coldKey, bytes int64) {
+	if c.pos == nil {
+		c.pos = map[coldKey]int32{}
+	}
+	c.pos[k] = int32(len(c.slots))
+	c.slots = append(c.slots, coldSlot{key: k, bytes: bytes})
+}
+
+// take removes k from the queue and returns its bytes, or false if k is
+// not queued.
+func (c *coldSet) take(k coldKey) (int64, bool) {
+	i, ok := c.pos[k]
+	if !ok {
+		return 0, false
+	}
+	delete(c.pos, k)
+	b := c.slots[i].bytes
+	c.slots[i].bytes = -1
+	c.compact()
+	return b, true
+}
+
+// oldest returns the least recent cold entry, if any.
+func (c *coldSet) oldest() (coldKey, bool) {
+	for c.head < len(c.slots) && c.slots[c.head].bytes < 0 {
+		c.head++
+	}
+	if c.head == len(c.slots) {
+		return coldKey{}, false
+	}
+	return c.slots[c.head].key, true
+}
+
+// compact drops the gone slots once they are more than half the queue
+// (and enough to be worth a copy), so that the queue's memory follows the
+// entries in it.
+func (c *coldSet) compact() {
+	if gone := len(c.slots) - len(c.pos); gone < 1024 || gone < len(c.pos) {
+		return
+	}
+	live := make([]coldSlot, 0, len(c.pos))
+	for _, sl := range c.slots[c.head:] {
+		if sl.bytes >= 0 {
+			c.pos[sl.key] = int32(len(live))
+			live = append(live, sl)
+		}
+	}
+	c.slots, c.head = live, 0
+}
+
+// clear empties the set and returns the bytes it held.
+func (c *coldSet) clear() (bytes int64) {
+	for _, sl := range c.slots[c.head:] {
+		if sl.bytes >= 0 {
+			bytes += sl.bytes
+		}
+	}
+	*c = coldSet{}
+	return bytes
+}
+
+// lockLookup returns obj's warm entry, warming it first if it is cold;
+// nil if the cache has no entry for obj. It takes s.mu and returns with
+// it held; warming reads the index without it.
+// LOCKS_ACQUIRED(s.mu)
+func (s *Store) lockLookup(obj Key) *entry {
+	return s.lockLookupSum(obj, nil)
+}
+
+// lockLookupSum is lockLookup with obj's key, if the caller has it
+// (nil: computed, outside the lock, if need be).
+// LOCKS_ACQUIRED(s.mu)
+func (s *Store) lockLookupSum(obj Key, ck *coldKey) *entry {
+	s.mu.Lock()
+	if e := s.byObj[obj]; e != nil || s.cold.len() == 0 || s.closed {
+		return e
+	}
+	if ck == nil {
+		s.mu.Unlock()
+		sum := s.keySum(obj)
+		ck = &sum
+		s.mu.Lock()
+		if e := s.byObj[obj]; e != nil {
+			return e
+		}
+	}
+	if !s.cold.has(*ck) {
+		return nil
+	}
+	s.mu.Unlock()
+	s.warm(obj, ck.String(), *ck)
+	s.mu.Lock()
+	return s.byObj[obj]
+}
+
+// warm reads the cold entry key (of obj) from the index and makes it a
+// warm entry, or drops it if its record or its file is not usable.
+// Another warm of the same key, or an eviction, may come first: the
+// queue decides who had it.
+func (s *Store) warm(obj Key, key string, ck coldKey) {
+	rec, lost, err := s.readEntry(key)
+	var st unix.Stat_t
+	serr := unix.Lstat(s.pathFor(key), &st)
+	s.mu.Lock()
+	if s.closed || (err != nil && !errors.Is(err, errBadRecord) && !errors.Is(err, errIndexDamaged)) {
+		// The index is closed, not wrong: leave the entry as it is.
+		s.mu.Unlock()
+		return
+	}
+	bytes, ok := s.cold.take(ck)
+	if !ok {
+		s.mu.Unlock()
+		return
+	}
+	if err != nil || rec == nil || rec.blockSize != s.blockSize || serr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
+		rec.name != obj.Name || rec.version != obj.Version || rec.size != obj.Size {
+		v := s.dropColdLocked(key, bytes)
+		s.mu.Unlock()
+		s.finishEvictions([]*entry{v})
+		why := "no record"
+		switch {
+		case err != nil:
+			why = err.Error()
+		case rec == nil:
+		case rec.blockSize != s.blockSize:
+			why = "another block size"
+		case serr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG:
+			why = "data file missing"
+		}
+		s.logOnce("stale entry", "cache: entries found unusable as they were first used are dropped (logged once)", "why", why)
+		return
+	}
+	e := &entry{
+		key: key, own: true, obj: obj, live: true,
+		nblocks: numBlocks(rec.size, rec.blockSize),
+		present: rec.present, crcs: rec.crcs, bytes: st.Blocks * 512,
+	}
+	s.used += e.bytes - bytes
+	e.elem = s.lru.PushFront(e)
+	s.entries[key] = e
+	s.byObj[obj] = e
+	if rec.format == recordV1 || lost > 0 {
+		// Written again, chunked, by the next commit; damaged chunks
+		// (their blocks absent now) deleted first.
+		e.resetChunks = numChunks(e.nblocks) > 1
+		s.markAllDirtyLocked(e)
+	}
+	s.touchLocked(e)
+	var victims []*entry
+	if s.used > s.limit {
+		// The file holds more than the index said (writes after its
+		// last commit): make room as a write would. The free-space
+		// floor is the writes' to keep.
+		victims, _ = s.makeRoomLocked(0, e, 1<<62)
+	}
+	s.mu.Unlock()
+	s.finishEvictions(victims)
+	s.warmed.Add(1)
+}
+
+// dropColdLocked removes the cold entry key, of bytes, as an eviction
+// does: its rows go at the next commit, and the returned entry (not live,
+// not pinned) is for finishEvictions to unlink its file outside the lock.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) dropColdLocked(key string, bytes int64) *entry {
+	s.deleted[key] = struct{}{}
+	s.deleting[key] = &deletion{}
+	s.used -= bytes
+	s.pendingFree += bytes
+	return &entry{key: key, bytes: bytes}
+}
+
+// evictColdLocked evicts the least recent cold entry, and returns it for
+// finishEvictions, or nil if there is none.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) evictColdLocked() *entry {
+	ck, ok := s.cold.oldest()
+	if !ok {
+		return nil
+	}
+	bytes, _ := s.cold.take(ck)
+	s.evictions.Add(1)
+	return s.dropColdLocked(ck.String(), bytes)
+}
+
+// coolLocked puts the least recently used idle warm entries beyond
+// maxWarm back in the cold queue, and returns their open files to close.
+// An entry is idle when nothing pins or holds it, no read check counts on
+// it and the index has everything it holds: so it runs right after a
+// commit, under flushMu, with none in flight. What only memory knew of it
+// goes: the checks of its file (whole.go, splice.go) are done again.
+// LOCKS_REQUIRED(s.flushMu, s.mu)
+func (s *Store) coolLocked() []openFiles {
+	var files []openFiles
+	for el := s.lru.Back(); el != nil && s.lru.Len() > s.hooks.maxWarm; {
+		e := el.Value.(*entry)
+		el = el.Prev()
+		if !e.own || e.pins > 0 || e.holds > 0 || e.writing > 0 || e.wantReadCheck || e.readCheck != nil ||
+			e.metaDirty || e.atimeDirty || e.resetChunks || len(e.dirtyChunks) > 0 {
+			continue
+		}
+		if _, dirty := s.dirty[e.key]; dirty {
+			continue
+		}
+		ck, ok := coldKeyOf(e.key)
+		if !ok {
+			continue
+		}
+		files = append(files, s.detachFileLocked(e))
+		s.lru.Remove(e.elem)
+		delete(s.entries, e.key)
+		delete(s.byObj, e.obj)
+		e.live, e.elem = false, nil
+		s.cold.add(ck, e.bytes)
+		s.cooled.Add(1)
+	}
+	return files
+}
+
+// cool runs coolLocked. LOCKS_REQUIRED(s.flushMu)
+func (s *Store) cool() {
+	s.mu.Lock()
+	if s.lru.Len() <= s.hooks.maxWarm {
+		s.mu.Unlock()
+		return
+	}
+	files := s.coolLocked()
+	s.mu.Unlock()
+	for _, f := range files {
+		f.close()
+	}
+}

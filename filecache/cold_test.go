@@ -1,0 +1,298 @@
+package filecache
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+// TestOpenLeavesEntriesCold: Open reads access times and sizes only;
+// an entry is read from the index, and checked, when it is first used.
+func TestOpenLeavesEntriesCold(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	var objs []Key
+	for i := 0; i < 50; i++ {
+		o := obj(fmt.Sprintf("o%d", i), 2*testBS)
+		require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+		objs = append(objs, o)
+	}
+	used := s.Stats().UsedBytes
+	require.NoError(t, s.Close())
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	st := s.Stats()
+	assert.EqualValues(t, 50, st.Entries)
+	assert.EqualValues(t, 50, st.ColdEntries, "no entry read at Open")
+	assert.Equal(t, used, st.UsedBytes, "sizes from the index")
+	s.mu.Lock()
+	assert.Empty(t, s.entries)
+	s.mu.Unlock()
+
+	for _, o := range objs[:10] {
+		assert.True(t, readOK(t, s, o, 1))
+	}
+	st = s.Stats()
+	assert.EqualValues(t, 10, st.Warmed)
+	assert.EqualValues(t, 40, st.ColdEntries)
+	assert.EqualValues(t, 50, st.Entries)
+	assert.Equal(t, du(t, dir), st.UsedBytes)
+	s.checkInvariants(t)
+}
+
+// TestCoolingBoundsWarmEntries: past maxWarm, the least recently used
+// idle entries go back to the cold queue after a commit, and come back
+// whole.
+func TestCoolingBoundsWarmEntries(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{maxWarm: 8})
+	var objs []Key
+	for i := 0; i < 30; i++ {
+		o := obj(fmt.Sprintf("o%d", i), 3*testBS)
+		require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+		objs = append(objs, o)
+	}
+	// A file handed out whole is not idle.
+	w, ok := s.Whole(objs[0])
+	require.True(t, ok)
+	require.NoError(t, s.flush())
+	st := s.Stats()
+	assert.EqualValues(t, 30, st.Entries)
+	assert.EqualValues(t, 22, st.Cooled)
+	assert.EqualValues(t, 22, st.ColdEntries)
+	s.mu.Lock()
+	assert.Len(t, s.entries, 8)
+	assert.Contains(t, s.entries, s.keyFor(objs[0]), "held, so warm")
+	assert.Contains(t, s.entries, s.keyFor(objs[29]), "most recent, so warm")
+	assert.NotContains(t, s.entries, s.keyFor(objs[1]), "least recent idle, so cold")
+	s.mu.Unlock()
+	w.Release()
+	s.checkInvariants(t)
+
+	for _, o := range objs {
+		for i := int64(0); i < 3; i++ {
+			assert.True(t, readOK(t, s, o, i), "%s block %d", o.Name, i)
+		}
+	}
+	assert.EqualValues(t, 22, s.Stats().Warmed)
+	s.checkInvariants(t)
+}
+
+// TestEvictionTakesColdFirst: every cold entry is less recent than every
+// warm one, whatever the access times before the restart said.
+func TestEvictionTakesColdFirst(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := obj("a", 4*testBS), obj("b", 4*testBS), obj("c", 4*testBS)
+	s := openT(t, Config{Dir: dir}, hooks{})
+	require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
+	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
+	one := s.Stats().UsedBytes / 2
+	require.NoError(t, s.Close())
+
+	s = openT(t, Config{Dir: dir, MaxSize: 2 * one}, hooks{})
+	require.True(t, readOK(t, s, b, 0)) // b, the older, warm now
+	require.Equal(t, 4, s.WriteBlocks(c, 0, blocksData(c, 0, 4, testBS)))
+	assert.False(t, s.HasBlock(a, 0), "a, cold, evicted")
+	assert.True(t, s.HasBlock(b, 3))
+	assert.True(t, s.HasBlock(c, 3))
+	assert.EqualValues(t, 1, s.Stats().Evictions)
+	s.checkInvariants(t)
+}
+
+// TestAtimeRowsWithoutSizeUpgrade: an index written before atime rows
+// held sizes has its files counted once, and its rows written again.
+func TestAtimeRowsWithoutSizeUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	for i := 0; i < 5; i++ {
+		o := obj(fmt.Sprintf("o%d", i), 2*testBS)
+		require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	}
+	require.NoError(t, s.Close())
+	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		ab := tx.Bucket(atimeBucket)
+		var rows [][2][]byte
+		require.NoError(t, ab.ForEach(func(k, v []byte) error {
+			rows = append(rows, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v[:8]...)})
+			return nil
+		}))
+		for _, r := range rows {
+			require.NoError(t, ab.Put(r[0], r[1]))
+		}
+		return nil
+	}))
+	require.NoError(t, db.Close())
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
+	assert.EqualValues(t, 5, s.Stats().ColdEntries)
+	require.NoError(t, s.Close())
+	db, err = bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		n := 0
+		err := tx.Bucket(atimeBucket).ForEach(func(_, v []byte) error {
+			n++
+			assert.Len(t, v, atimeLen)
+			return nil
+		})
+		assert.Equal(t, 5, n)
+		return err
+	}))
+}
+
+// TestColdEntryMemory bounds what a cold entry costs: the index of a
+// large cache is held as keys and sizes, not records.
+func TestColdEntryMemory(t *testing.T) {
+	const n = 200_000
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	require.NoError(t, s.Close())
+	writeColdRows(t, dir, n)
+
+	// The heap with the store open, less the heap before. (Two
+	// collections: the second empties sync.Pools, bbolt's among them.)
+	heap := func() float64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return float64(ms.HeapAlloc)
+	}
+	before := heap()
+	s, err := open(testConfig(Config{Dir: dir, MaxSize: 1 << 40}), hooks{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.EqualValues(t, n, s.Stats().ColdEntries)
+	assert.EqualValues(t, n*4096, s.Stats().UsedBytes)
+	perEntry := (heap() - before) / n
+	t.Logf("heap per cold entry: %.0f B", perEntry)
+	assert.Less(t, perEntry, 128.0, "bytes of heap per cold entry")
+}
+
+// TestIndexPagesReleased: after Open's scan (and after commits), a large
+// index's pages are not left in ferry's resident memory.
+func TestIndexPagesReleased(t *testing.T) {
+	const n = 400_000 // about 45 MB of index, over releaseMin
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	require.NoError(t, s.Close())
+	writeColdRows(t, dir, n)
+	s = openT(t, Config{Dir: dir, MaxSize: 1 << 40}, hooks{})
+	require.EqualValues(t, n, s.Stats().ColdEntries)
+	rss := mappedRSS(t, filepath.Join(dir, "v1", "index.db"))
+	t.Logf("index mapped and resident after Open: %d KiB", rss>>10)
+	assert.Less(t, rss, int64(1<<20))
+}
+
+// mappedRSS is the resident size of this process's maps of path
+// (/proc/self/smaps).
+func mappedRSS(t *testing.T, path string) int64 {
+	raw, err := os.ReadFile("/proc/self/smaps")
+	require.NoError(t, err)
+	var rss int64
+	in := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			in = len(f) == 6 && f[5] == path
+		case in && len(f) == 3 && f[0] == "Rss:":
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			require.NoError(t, err)
+			rss += kb << 10
+		}
+	}
+	return rss
+}
+
+// writeColdRows writes n atime rows, of 4096 bytes each, into the index
+// in dir, as a large cache leaves them (their files do not matter until
+// an entry is used).
+func writeColdRows(t *testing.T, dir string, n int) {
+	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	keys := make([]string, n)
+	for i := range keys {
+		var seed [8]byte
+		binary.LittleEndian.PutUint64(seed[:], uint64(i))
+		keys[i] = coldKey(sha256.Sum256(seed[:])).String()
+	}
+	slices.Sort(keys) // bbolt inserts in order cheaply
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		ab := tx.Bucket(atimeBucket)
+		for i, k := range keys {
+			v := encodeAtime(int64(i), 4096)
+			if err := ab.Put([]byte(k), v[:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// TestSnapshotAfterCleanClose: a clean Close leaves the entries in LRU
+// order for the next Open to read instead of the index; a commit since
+// (the index changed) or a damaged snapshot makes Open read the index.
+func TestSnapshotAfterCleanClose(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := obj("a", 4*testBS), obj("b", 4*testBS), obj("c", 4*testBS)
+	s := openT(t, Config{Dir: dir}, hooks{maxWarm: 1})
+	require.Equal(t, 4, s.WriteBlocks(b, 0, blocksData(b, 0, 4, testBS)))
+	require.Equal(t, 4, s.WriteBlocks(a, 0, blocksData(a, 0, 4, testBS)))
+	require.NoError(t, s.flush()) // b cooled: the snapshot has cold and warm entries
+	require.EqualValues(t, 1, s.Stats().ColdEntries)
+	one := s.Stats().UsedBytes / 2
+	require.NoError(t, s.Close())
+	snap := filepath.Join(dir, "v1", snapshotName)
+	require.FileExists(t, snap)
+
+	// With room for two: c evicts b, the least recently used, so the
+	// order came through.
+	s = openT(t, Config{Dir: dir, MaxSize: 2 * one}, hooks{})
+	assert.True(t, s.fromSnapshot)
+	assert.NoFileExists(t, snap, "used once")
+	assert.Equal(t, 2*one, s.Stats().UsedBytes)
+	require.Equal(t, 4, s.WriteBlocks(c, 0, blocksData(c, 0, 4, testBS)))
+	assert.False(t, s.HasBlock(b, 0))
+	assert.True(t, readOK(t, s, a, 3))
+	s.checkInvariants(t)
+	require.NoError(t, s.Close())
+
+	// A commit after the snapshot: stale, so the index is read.
+	require.FileExists(t, snap)
+	editIndex(t, dir, func(tx *bolt.Tx) error {
+		k := []byte(s.keyFor(a))
+		require.NoError(t, tx.Bucket(entriesBucket).Delete(k))
+		return tx.Bucket(atimeBucket).Delete(k)
+	})
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.False(t, s.fromSnapshot)
+	assert.EqualValues(t, 1, s.Stats().Entries, "a's rows are gone")
+	assert.True(t, readOK(t, s, c, 0))
+	require.NoError(t, s.Close())
+
+	// A damaged snapshot is not used.
+	raw, err := os.ReadFile(snap)
+	require.NoError(t, err)
+	raw[30] ^= 1
+	require.NoError(t, os.WriteFile(snap, raw, 0o600))
+	s = openT(t, Config{Dir: dir}, hooks{})
+	assert.False(t, s.fromSnapshot)
+	assert.EqualValues(t, 1, s.Stats().Entries)
+	assert.True(t, readOK(t, s, c, 1))
+}
