@@ -223,38 +223,50 @@ func TestCorruptCacheBlockIsRefetched(t *testing.T) {
 	assert.Equal(t, reads, storeReads(t, m2))
 }
 
-// TestPassthroughWarmReads: the second epoch of objects held whole in
-// the cache is read by the kernel from the cache files (passthrough):
-// no store read, and, with the cache check at the first open, every byte
-// right. A byte flipped in a cache file while mounted is caught at the
-// next open (the file changed since its check), never served, and
-// fetched again; the epoch after that is passthrough again. With
-// --cache-passthrough=false every read goes through ferry.
+// TestPassthroughWarmReads: one read per byte. The second epoch of
+// objects held whole in the cache is read through ferry, whose reads
+// check each block as they serve it (the cache's hits are every byte,
+// once, and nothing is read whole to check it); the third is read by the
+// kernel from the cache files (passthrough): no store read, no check,
+// every byte right. A byte flipped in a cache file while mounted is
+// caught (the file changed since its check, so its next open goes
+// through ferry), never served, and fetched again; once the reads have
+// checked the file again it is passthrough again. A new ferry process
+// on the same cache does the same: one epoch through ferry, then
+// passthrough. With --cache-passthrough=false every read goes through
+// ferry.
 func TestPassthroughWarmReads(t *testing.T) {
 	s := newStore(t, "gcs")
 	objs := dataset(t, s, "d", 4, 3<<20+5)
+	var total float64
+	for _, data := range objs {
+		total += float64(len(data))
+	}
 	cacheDir := t.TempDir()
 	m := mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t))
 	readAll(t, m, objs)
 	dropCaches(t)
 	reads := storeReads(t, m)
+	hits := m.metric(t, "ferry_cache_hits_bytes_total", nil)
 	readAll(t, m, objs)
 	assert.Equal(t, reads, storeReads(t, m), "epoch 2 read from the store")
-	opens := m.metric(t, "ferry_fs_passthrough_opens_total", nil)
-	if opens == 0 {
+	if m.metric(t, "ferry_cache_read_checks_total", nil) == 0 {
 		// Only a kernel without it is a reason to skip.
 		expected, why := ferryfs.PassthroughExpected()
-		require.False(t, expected, "no passthrough opens (%s); log in %s", why, m.log)
+		require.False(t, expected, "no file checked by its reads (%s); log in %s", why, m.log)
 		t.Skip("the kernel offers no FUSE passthrough: " + why)
 	}
-	assert.EqualValues(t, len(objs), opens)
-	assert.EqualValues(t, len(objs), m.metric(t, "ferry_cache_whole_checks_total", nil))
-	hits := m.metric(t, "ferry_cache_hits_bytes_total", nil)
+	assert.EqualValues(t, len(objs), m.metric(t, "ferry_cache_read_checks_total", nil))
+	assert.Zero(t, m.metric(t, "ferry_fs_passthrough_opens_total", nil), "epoch 2 is read through ferry")
+	assert.Zero(t, m.metric(t, "ferry_cache_whole_checks_total", nil), "nothing read whole to check it")
+	assert.Equal(t, hits+total, m.metric(t, "ferry_cache_hits_bytes_total", nil), "each byte read from the cache once")
 
-	// Epoch 3: no check again, the files have not changed.
+	// Epoch 3: passthrough, with nothing read at the opens.
 	dropCaches(t)
+	hits = m.metric(t, "ferry_cache_hits_bytes_total", nil)
 	readAll(t, m, objs)
-	assert.EqualValues(t, len(objs), m.metric(t, "ferry_cache_whole_checks_total", nil))
+	assert.EqualValues(t, len(objs), m.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.Zero(t, m.metric(t, "ferry_cache_whole_checks_total", nil))
 	assert.Equal(t, hits, m.metric(t, "ferry_cache_hits_bytes_total", nil), "passthrough reads reached ferry")
 
 	files := cacheDataFiles(t, cacheDir)
@@ -269,25 +281,48 @@ func TestPassthroughWarmReads(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, fh.Close())
 	dropCaches(t)
+	opens := m.metric(t, "ferry_fs_passthrough_opens_total", nil)
 	readAll(t, m, objs)
 	assert.EqualValues(t, 1, m.metric(t, "ferry_cache_corrupt_blocks_total", nil))
 	assert.Greater(t, storeReads(t, m), reads, "the flipped block is fetched again")
+	assert.EqualValues(t, opens+float64(len(objs)-1), m.metric(t, "ferry_fs_passthrough_opens_total", nil),
+		"the changed file through ferry, the others passthrough")
 
-	// Repaired: passthrough again, after one more check of that file.
+	// Repaired, and checked again by the reads of the next epoch:
+	// passthrough again from the one after.
+	dropCaches(t)
+	readAll(t, m, objs)
 	dropCaches(t)
 	reads = storeReads(t, m)
 	opens = m.metric(t, "ferry_fs_passthrough_opens_total", nil)
 	readAll(t, m, objs)
 	assert.Equal(t, reads, storeReads(t, m))
 	assert.EqualValues(t, opens+float64(len(objs)), m.metric(t, "ferry_fs_passthrough_opens_total", nil))
-	assert.EqualValues(t, len(objs)+1, m.metric(t, "ferry_cache_whole_checks_total", nil))
+	assert.EqualValues(t, len(objs)+1, m.metric(t, "ferry_cache_read_checks_total", nil))
+	assert.Zero(t, m.metric(t, "ferry_cache_whole_checks_total", nil))
 	m.unmount(t)
 
-	m2 := mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t), "--cache-passthrough=false")
+	// A new process checks by its reads again (what was checked is not
+	// kept across processes), then reads by passthrough.
+	m2 := mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t))
+	dropCaches(t)
 	readAll(t, m2, objs)
-	assert.Zero(t, m2.metric(t, "ferry_fs_passthrough_opens_total", nil))
 	assert.Zero(t, storeReads(t, m2))
-	assert.Positive(t, m2.metric(t, "ferry_cache_hits_bytes_total", nil))
+	assert.Zero(t, m2.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.EqualValues(t, len(objs), m2.metric(t, "ferry_cache_read_checks_total", nil))
+	assert.Equal(t, total, m2.metric(t, "ferry_cache_hits_bytes_total", nil), "each byte read from the cache once")
+	dropCaches(t)
+	readAll(t, m2, objs)
+	assert.EqualValues(t, len(objs), m2.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.Equal(t, total, m2.metric(t, "ferry_cache_hits_bytes_total", nil), "passthrough reads reached ferry")
+	assert.Zero(t, m2.metric(t, "ferry_cache_whole_checks_total", nil))
+	m2.unmount(t)
+
+	m3 := mount(t, s, "--cache-dir", cacheDir, "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t), "--cache-passthrough=false")
+	readAll(t, m3, objs)
+	assert.Zero(t, m3.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.Zero(t, storeReads(t, m3))
+	assert.Positive(t, m3.metric(t, "ferry_cache_hits_bytes_total", nil))
 }
 
 // TestPassthroughLargeFileAfterReadCheck: a file too large to check at an

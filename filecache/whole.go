@@ -123,6 +123,9 @@ func (w *WholeFile) Check() bool {
 	s.wholeCheckedBytes.Add(int64(w.obj.Size))
 	s.mu.Lock()
 	e.verified = before
+	// A read check asked for is done too: its reads would count a file
+	// already found good.
+	e.wantReadCheck, e.readCheck = false, nil
 	s.mu.Unlock()
 	return true
 }
@@ -223,17 +226,22 @@ func (w *WholeFile) Checked() bool {
 // toward a check of the whole file: once they have found every block
 // good, with the file unchanged from before the first of them to after
 // the last, the file counts as checked (Checked, and Check without
-// reading it). For files too large to read whole at an open: a reader
-// of the whole file checks it at no cost. It lasts until the check is
-// done or a block is dropped; a change to the file starts the count
-// over, and a file longer than the object never passes.
-func (w *WholeFile) CheckAsRead() {
+// reading it). So a reader of the whole file checks it as it reads it,
+// where Check would read it once more. It lasts until the check is done
+// (by the reads, or by Check) or a block is dropped; a change to the
+// file starts the count over, and a file longer than the object never
+// passes. It reports whether a read check was asked for already and is
+// not done: reads since an earlier ask left blocks unread (a reader of
+// part of the file), or are still under way.
+func (w *WholeFile) CheckAsRead() (pending bool) {
 	s, e := w.s, w.e
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	pending = e.wantReadCheck
 	if e.live && e.present.count() == e.nblocks {
 		e.wantReadCheck = true
 	}
+	return pending
 }
 
 // readCheck counts the blocks that reads through the store found good

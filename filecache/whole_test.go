@@ -496,3 +496,54 @@ func TestCheckAsReadAskedWhileOneEnds(t *testing.T) {
 	assert.EqualValues(t, 1, s.Stats().ReadChecks)
 	s.checkInvariants(t)
 }
+
+// One read per byte: a reader of the whole file through the store, asked
+// to check it (CheckAsRead), reads each byte of the data file once, and
+// the file is then Checked: Check reads nothing more. CheckAsRead
+// reports a check asked for before and not done; Check ends it.
+func TestCheckAsReadReadsEachByteOnce(t *testing.T) {
+	s := openT(t, Config{Dir: t.TempDir()}, hooks{})
+	o := obj("o", 9*testBS+77)
+	require.Equal(t, 10, s.WriteBlocks(o, 0, blocksData(o, 0, 10, testBS)))
+
+	w, ok := s.Whole(o)
+	require.True(t, ok)
+	assert.False(t, w.Checked())
+	assert.False(t, w.CheckAsRead(), "nothing asked before")
+	assert.True(t, w.CheckAsRead(), "asked, not done")
+	w.Release()
+
+	// Sequential reads of 3 blocks, the last one short: every block once.
+	for first := int64(0); first < 10; first += 3 {
+		n := min(3, 10-first)
+		p := make([]byte, s.spanOf(o, first, int(n)))
+		okb := make([]bool, n)
+		require.EqualValues(t, n, s.ReadBlocks(o, first, p, okb))
+		require.Equal(t, blocksData(o, first, n, testBS), p)
+	}
+	assert.EqualValues(t, o.Size, s.Stats().HitBytes, "each byte read once")
+	assert.EqualValues(t, 1, s.Stats().ReadChecks)
+
+	w, ok = s.Whole(o)
+	require.True(t, ok)
+	assert.True(t, w.Checked())
+	assert.True(t, w.Check())
+	assert.Zero(t, s.Stats().WholeChecks, "Check read nothing")
+	assert.Zero(t, s.Stats().WholeCheckedBytes)
+	assert.False(t, w.CheckAsRead(), "the reads' check is done")
+	w.Release()
+
+	// A pending check ends with a Check that reads the file whole.
+	time.Sleep(20 * time.Millisecond) // a ctime tick on kernels before 6.13
+	corruptAt(t, s, o, 5)
+	corruptAt(t, s, o, 5) // the same byte back
+	w, ok = s.Whole(o)
+	require.True(t, ok)
+	assert.False(t, w.Checked(), "changed since")
+	assert.True(t, w.CheckAsRead(), "asked above, not done")
+	assert.True(t, w.Check())
+	assert.EqualValues(t, 1, s.Stats().WholeChecks)
+	assert.False(t, w.CheckAsRead(), "Check ended the pending one")
+	w.Release()
+	s.checkInvariants(t)
+}

@@ -40,22 +40,30 @@ import (
 // file, on a file system it can stack on (not overlayfs: one level of
 // stacking); without them, every open is read through ferry, as before.
 //
-// The bytes are checked before the kernel reads them: BackingFile.Check
-// at the first passthrough open of a file in the mount reads it whole,
-// and at every later open (also one that shares a backing file already
-// registered) looks at its stamp and checks it again if it changed. An
-// open whose shared backing file fails fails with EIO: the kernel allows
-// no other mode beside the handles still open on it. A file too large to
-// read at an open (passthroughMaxSize) is checked by the reads through
-// ferry instead, and is passthrough from the open after they covered it.
+// The bytes are checked before the kernel reads them, and read once to
+// be checked and served. The first open of a file in the mount that finds
+// it whole goes through ferry, whose reads from the disk cache check
+// every block they read anyway (BackingFile.CheckAsRead): once the reads
+// of the mount have covered the whole file, unchanged, it counts as
+// checked, and its next open is passthrough with nothing read at the
+// open. (Until 2026-12-02 that first open read the file whole to check
+// it, and then the kernel read it again: the epoch after the cache
+// filled read every byte twice; docs/notes/2026-12-02-one-read-per-byte.md.)
+// A file whose reads left it unchecked (a reader of part of it: the
+// readier may read the rest, ready.go) is read whole and checked at its
+// next open instead, if at most passthroughMaxSize: BackingFile.Check.
+// At every later open (also one that shares a backing file already
+// registered) the file's stamp is compared with the check's, and a
+// changed file is checked again. An open whose shared backing file
+// fails fails with EIO: the kernel allows no other mode beside the
+// handles still open on it.
 
-// passthroughMaxSize bounds the files checked at an open: the first open
-// of one reads it whole for its check, before the open returns (about
-// 60-155 ms for 256 MiB on the development machine), so a reader of a
-// 100 GB file's header would wait for all of it. A larger file is read
-// through ferry until reads through ferry have covered all of it (every
-// read is checked block by block; BackingFile.CheckAsRead): after such an
-// epoch, its next open is passthrough with no read at all.
+// passthroughMaxSize bounds the files checked at an open: such an open
+// reads the file whole before it returns (about 60-155 ms for 256 MiB on
+// the development machine), so a reader of a 100 GB file's header would
+// wait for all of it. Only files that reads through ferry left unchecked
+// are read at an open; a larger one is read through ferry until reads
+// through ferry have covered all of it.
 const passthroughMaxSize = 1 << 30
 
 // backing is an inode's registered backing file, shared by its
@@ -124,9 +132,9 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 		return nil, syscall.EBUSY
 	case o.cachedOpens > 0 || fs.pt.off.Load() || direct:
 		o.cachedOpens++
-		large := obj.Size > fs.pt.maxSize && !fs.pt.off.Load()
+		off := fs.pt.off.Load()
 		fs.mu.Unlock()
-		if large {
+		if !off {
 			// Read through ferry: its reads may check the file, so
 			// that a later open is passthrough, even where some
 			// handle of the inode is always open.
@@ -156,18 +164,15 @@ func (fs *fileSystem) openPassthrough(in *inode, obj bucket.Object, direct bool)
 }
 
 // newBacking registers obj's cache file with the kernel, or returns nil
-// if it is not whole on disk, fails its check or cannot be registered.
-// It registers before it checks: a kernel that refuses costs no read.
-// A large file (above passthroughMaxSize) is registered only if it is
-// checked already; otherwise the reads of this open check it.
+// if it is not whole on disk, is not checked yet or cannot be
+// registered. It registers before it looks at the check: a kernel that
+// refuses is found out at the first open, and turns the checks by reads
+// off. A file not checked yet is read through ferry by this open, whose
+// reads check it (CheckAsRead); one that earlier reads left unchecked is
+// read whole here instead, unless large (above passthroughMaxSize).
 func (fs *fileSystem) newBacking(obj bucket.Object, large bool) *backing {
 	file, ok := fs.content.Whole(obj)
 	if !ok {
-		return nil
-	}
-	if large && !file.Checked() {
-		file.CheckAsRead()
-		file.Release()
 		return nil
 	}
 	c := fs.conn.fc.Load()
@@ -186,16 +191,15 @@ func (fs *fileSystem) newBacking(obj bucket.Object, large bool) *backing {
 		})
 		return nil
 	}
-	// A large file was Checked a moment ago; if it changed since, it is
-	// not read whole here either.
-	ok = large && file.Checked() || !large && file.Check()
-	if !ok {
-		c.BackingClose(id)
-		if large {
-			file.CheckAsRead()
+	// Checked after the registration: a file changed since is not
+	// handed to the kernel.
+	if !file.Checked() {
+		pending := file.CheckAsRead()
+		if !pending || large || !file.Check() {
+			c.BackingClose(id)
+			file.Release()
+			return nil
 		}
-		file.Release()
-		return nil
 	}
 	return &backing{id: id, obj: obj, file: file, handles: 1}
 }

@@ -75,9 +75,12 @@ func (f *fakeFile) Checked() bool {
 	if f.d.checkedLeft.Load() > 0 {
 		return f.d.checkedLeft.Add(-1) >= 0
 	}
-	return f.d.checked.Load()
+	return f.d.checked.Load() && !f.d.bad.Load()
 }
-func (f *fakeFile) CheckAsRead() { f.d.asRead.Add(1) }
+
+// CheckAsRead: pending once asked before (the fake's reads never
+// complete a check; a test sets checked instead).
+func (f *fakeFile) CheckAsRead() bool { return f.d.asRead.Add(1) > 1 }
 func (f *fakeFile) Release() {
 	f.once.Do(func() {
 		f.f.Close()
@@ -164,6 +167,7 @@ func TestPassthroughReadsTheBackingFile(t *testing.T) {
 	onDisk := bytes.Clone(data)
 	onDisk[12345] ^= 0xff
 	disk.hold("d/big", onDisk)
+	disk.checked.Store(true) // by the reads of an earlier epoch
 	var opens atomic.Int64
 	dir, fsys := mountPassthrough(t, b, disk, &opens)
 
@@ -220,11 +224,13 @@ func TestPassthroughKeepsOneModePerInode(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(data, readAll(f1)))
 	disk.hold("f", data)
+	disk.checked.Store(true)
 	f2, err := openFile(path, os.O_RDONLY)
 	require.NoError(t, err, "an open while the inode is read through ferry")
 	assert.True(t, bytes.Equal(data, readAll(f2)))
 	assert.EqualValues(t, 2, opens.Load())
-	assert.Zero(t, disk.calls.Load(), "the disk is not even asked")
+	assert.EqualValues(t, 1, disk.calls.Load(), "the disk is asked only whether the file is checked")
+	assert.Zero(t, disk.asRead.Load(), "it is")
 	fsys.checkInvariants()
 	require.NoError(t, f1.Close())
 	require.NoError(t, f2.Close())
@@ -243,7 +249,7 @@ func TestPassthroughKeepsOneModePerInode(t *testing.T) {
 	f3, err := openFile(path, os.O_RDONLY)
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(data, readAll(f3)))
-	assert.EqualValues(t, 1, disk.calls.Load())
+	assert.EqualValues(t, 2, disk.calls.Load())
 
 	// A second open shares the backing file, though the disk would not
 	// hand it out again.
@@ -251,7 +257,7 @@ func TestPassthroughKeepsOneModePerInode(t *testing.T) {
 	f4, err := openFile(path, os.O_RDONLY)
 	require.NoError(t, err, "an open while a passthrough handle is open")
 	assert.True(t, bytes.Equal(data, readAll(f4)))
-	assert.EqualValues(t, 1, disk.calls.Load())
+	assert.EqualValues(t, 2, disk.calls.Load())
 	assert.EqualValues(t, 2, opens.Load(), "no reader for passthrough opens")
 	assert.EqualValues(t, 2, fsys.pt.opens.Load())
 	fsys.checkInvariants()
@@ -348,16 +354,17 @@ func TestPassthroughSharedFileCheckedAgain(t *testing.T) {
 	b.put("f", data)
 	disk := newFakeDisk(t)
 	disk.hold("f", data)
+	disk.checked.Store(true)
 	var opens atomic.Int64
 	dir, fsys := mountPassthrough(t, b, disk, &opens)
 	path := filepath.Join(dir, "f")
 
 	f1, err := openFile(path, os.O_RDONLY)
 	require.NoError(t, err)
-	assert.EqualValues(t, 1, disk.checks.Load())
+	assert.Zero(t, disk.checks.Load(), "checked already: not read at the open")
 	f2, err := openFile(path, os.O_RDONLY)
 	require.NoError(t, err)
-	assert.EqualValues(t, 2, disk.checks.Load(), "a shared backing file is checked at each open")
+	assert.EqualValues(t, 1, disk.checks.Load(), "a shared backing file is checked at each open")
 	require.NoError(t, f2.Close())
 
 	disk.bad.Store(true)
@@ -374,11 +381,76 @@ func TestPassthroughSharedFileCheckedAgain(t *testing.T) {
 	disk.waitUnpinned(t)
 }
 
+// A file whole on disk but not checked yet in the mount is read through
+// ferry at its first open, whose reads are to check it (CheckAsRead), and
+// not read whole at the open: the next open is passthrough once they
+// have. One that reads through ferry left unchecked (a reader of part of
+// it) is checked whole at its next open instead, unless above
+// passthroughMaxSize: then it goes on through ferry.
+func TestPassthroughAfterReadsChecked(t *testing.T) {
+	b := newTestBucket()
+	data := randomBytes(100<<10, 6)
+	b.put("f", data)
+	disk := newFakeDisk(t)
+	disk.hold("f", data)
+	var opens atomic.Int64
+	dir, fsys := mountPassthrough(t, b, disk, &opens)
+	path := filepath.Join(dir, "f")
+
+	got, err := readFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	assert.EqualValues(t, 1, opens.Load(), "the first open reads through ferry")
+	assert.Zero(t, fsys.pt.opens.Load())
+	assert.Zero(t, disk.checks.Load(), "not read whole at the open")
+	assert.EqualValues(t, 1, disk.asRead.Load(), "its reads are to check it")
+	waitQuiet(t, fsys)
+	disk.waitUnpinned(t)
+
+	// The reads checked it: passthrough, nothing read at the open.
+	disk.checked.Store(true)
+	got, err = readFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	assert.EqualValues(t, 1, opens.Load())
+	assert.EqualValues(t, 1, fsys.pt.opens.Load())
+	assert.Zero(t, disk.checks.Load())
+	assert.EqualValues(t, 1, disk.asRead.Load())
+	waitQuiet(t, fsys)
+	disk.waitUnpinned(t)
+
+	// Not checked, with the reads asked for still pending (a reader of
+	// part of it): this open checks it whole.
+	disk.checked.Store(false)
+	got, err = readFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	assert.EqualValues(t, 1, opens.Load())
+	assert.EqualValues(t, 2, fsys.pt.opens.Load())
+	assert.EqualValues(t, 1, disk.checks.Load(), "read whole at the open")
+	waitQuiet(t, fsys)
+	disk.waitUnpinned(t)
+
+	// Unless too large to read at an open: through ferry again.
+	fsys.mu.Lock()
+	fsys.pt.maxSize = 32
+	fsys.mu.Unlock()
+	got, err = readFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	assert.EqualValues(t, 2, opens.Load())
+	assert.EqualValues(t, 2, fsys.pt.opens.Load())
+	assert.EqualValues(t, 1, disk.checks.Load())
+	waitQuiet(t, fsys)
+	disk.waitUnpinned(t)
+	fsys.checkInvariants()
+}
+
 // O_DIRECT opens go through ferry (the kernel would hand O_DIRECT to the
-// cache file, and unaligned reads would fail there), and so do files
-// above passthroughMaxSize, whose check would hold up the open, until
-// reads through ferry have checked them.
-func TestPassthroughNotForDirectOrHuge(t *testing.T) {
+// cache file, and unaligned reads would fail there), and their reads
+// check the file too, as do those of an open beside a handle read
+// through ferry.
+func TestPassthroughNotForDirect(t *testing.T) {
 	b := newTestBucket()
 	data := randomBytes(100<<10, 6)
 	b.put("f", data)
@@ -394,54 +466,17 @@ func TestPassthroughNotForDirectOrHuge(t *testing.T) {
 	n, err := f.ReadAt(p, 7)
 	require.NoError(t, err, "an unaligned O_DIRECT read")
 	assert.Equal(t, data[7:7+n], p[:n])
+	assert.EqualValues(t, 1, disk.asRead.Load(), "its reads are to check the file")
+	got, err := readFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	assert.EqualValues(t, 2, disk.asRead.Load(), "and so are those of an open beside it")
 	require.NoError(t, f.Close())
 	assert.Zero(t, fsys.pt.opens.Load())
-	assert.Zero(t, disk.calls.Load())
-
-	big := randomBytes(64, 7)
-	b.put("huge", big)
-	disk.hold("huge", big)
-	fsys.mu.Lock()
-	fsys.pt.maxSize = 32
-	fsys.mu.Unlock()
-	hf, err := openFile(filepath.Join(dir, "huge"), os.O_RDONLY)
-	require.NoError(t, err)
-	got, err := io.ReadAll(hf)
-	require.NoError(t, err)
-	assert.Equal(t, big, got)
-	assert.Zero(t, fsys.pt.opens.Load())
-	assert.Zero(t, disk.checks.Load(), "a huge file is not read whole at an open")
-	assert.EqualValues(t, 1, disk.asRead.Load(), "its reads through ferry are to check it")
-	// So are those of an open beside a handle read through ferry.
-	got, err = readFile(filepath.Join(dir, "huge"))
-	require.NoError(t, err)
-	assert.Equal(t, big, got)
-	assert.EqualValues(t, 2, disk.asRead.Load())
-	require.NoError(t, hf.Close())
+	assert.Zero(t, disk.checks.Load())
+	assert.EqualValues(t, 2, opens.Load())
 	waitQuiet(t, fsys)
 	disk.waitUnpinned(t)
-
-	// Checked at the open, changed before it is registered: read
-	// through ferry, whose reads are to check it again.
-	disk.checkedLeft.Store(1)
-	got, err = readFile(filepath.Join(dir, "huge"))
-	require.NoError(t, err)
-	assert.Equal(t, big, got)
-	assert.Zero(t, fsys.pt.opens.Load())
-	assert.EqualValues(t, 3, disk.asRead.Load())
-	waitQuiet(t, fsys)
-	disk.waitUnpinned(t)
-
-	// Once its reads have checked it, it is passthrough like any other.
-	disk.checked.Store(true)
-	f, err = openFile(filepath.Join(dir, "huge"), os.O_RDONLY)
-	require.NoError(t, err)
-	assert.EqualValues(t, 1, fsys.pt.opens.Load())
-	assert.EqualValues(t, 3, disk.asRead.Load())
-	assert.Zero(t, disk.checks.Load(), "Checked, so not read at the open")
-	require.NoError(t, f.Close())
-	disk.waitUnpinned(t)
-	waitQuiet(t, fsys)
 }
 
 // An unversioned inode follows the store: an open that finds another

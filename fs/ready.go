@@ -13,8 +13,9 @@ import (
 )
 
 // Readying: a file read through ferry is passthrough at a later open only
-// once the disk cache holds it whole (and, above passthroughMaxSize, once
-// reads have checked it: BackingFile.CheckAsRead). A reader that skips a
+// once the disk cache holds it whole and reads have checked it
+// (BackingFile.CheckAsRead; up to passthroughMaxSize, a file its reads
+// left unchecked is read whole at its next open instead). A reader that skips a
 // little of every file (a header, the tail after its last record, records
 // laid across the file from an offset) would keep its files off
 // passthrough for good: the next epoch skips the same bytes. So when a

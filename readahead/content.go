@@ -83,8 +83,9 @@ type WholeFile interface {
 	Checked() bool
 	// CheckAsRead asks that reads of the object through the cache count
 	// toward a check: once they have covered the whole file, unchanged,
-	// it is Checked.
-	CheckAsRead()
+	// it is Checked. It reports whether such a check was asked for
+	// before and is not done yet.
+	CheckAsRead() (pending bool)
 	// Release gives the file back; it is called once.
 	Release()
 }
