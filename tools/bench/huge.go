@@ -28,7 +28,10 @@ import (
 // otherwise), the base object is read whole and then each region of the
 // huge one, sequentially in 1 MiB reads, page cache dropped before each;
 // then, on another fresh mount and cache, --huge-records random 1 MiB
-// reads of the base object and as many across the huge object's regions.
+// reads of the base object and as many in each of the huge object's
+// regions: the same reads per region, since how densely a region is read
+// decides how much of the file:// source's own readahead (read_ahead_kb)
+// a later read finds in the page cache, whatever the object's size.
 // The goals compare each huge row with the base row of the same run: the
 // rate, the CPU-s ferry spent per GiB, and peak RSS against
 // --memory-limit. Not in the default set: it needs about four regions
@@ -258,7 +261,7 @@ func hugeWorkloads(o Options, spec dataset.Spec, regions []hugeRegion, base huge
 		if rs[0].Object == hugeObject {
 			name = hugeName + "-random"
 		}
-		recs := hugeRecords(rs, o.HugeRecords, o.Seed+6)
+		recs := hugeRecords(rs, o.HugeRecords*len(rs), o.Seed+6)
 		files := []string{rs[0].Object}
 		random = append(random, Workload{
 			Name: name, Expect: int64(len(recs)) * hugeRead,
@@ -311,7 +314,7 @@ func (b *bench) runHuge(ctx context.Context) error {
 		at = append(at, gibLabel(r.Offset))
 	}
 	b.report.Notes = append(b.report.Notes, fmt.Sprintf("%s: a %s object on file://, sparse but for %s at %s, against a base object of %s; "+
-		"each read cold (page cache dropped) on a fresh mount with an empty --cache-dir, sequential rows on one mount, random rows (%d reads of %s, %d readers) on another",
+		"each read cold (page cache dropped) on a fresh mount with an empty --cache-dir, sequential rows on one mount, random rows (%d reads of %s per region, %d readers) on another",
 		hugeName, gibLabel(o.HugeSize), gibLabel(o.HugeRegion), strings.Join(at, ", "), gibLabel(o.HugeRegion), o.HugeRecords, sizeLabel(hugeRead), o.RandomReaders))
 	seq, random := hugeWorkloads(o, spec, regions, base)
 	f := &Ferry{Bin: b.ferry.Bin, Source: "file://" + src, Args: o.FerryArgs, LogDir: o.WorkDir}

@@ -118,6 +118,9 @@ func TestWriteHugeSourceAndCheck(t *testing.T) {
 	if len(seq) != 5 || len(random) != 2 {
 		t.Fatalf("%d sequential and %d random workloads, want 5 and 2", len(seq), len(random))
 	}
+	if random[0].Expect != 16<<20 || random[1].Expect != 4*16<<20 {
+		t.Errorf("random rows expect %d and %d bytes, want 16 reads of the base object and 16 in each of 4 regions", random[0].Expect, random[1].Expect)
+	}
 	for _, w := range append(seq, random...) {
 		row, err := w.Run(context.Background(), dir, nil)
 		if err != nil || row.Bytes != w.Expect {
