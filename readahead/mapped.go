@@ -66,9 +66,13 @@ const mappedIdle = 10 * time.Second
 //
 // Memory: mapped bytes, in use or free, never exceed limit (the memory
 // budget): a new mapping first unmaps free buffers of other sizes. Free
-// buffers are kept within the part of the budget not in use (keepFree,
-// after every buffer handed out), so that buffers in use and free ones
-// never hold more than the budget together.
+// buffers are kept within the part of the budget not in use, and within
+// a quarter of the limit (keepFree, after every buffer handed out), so
+// that buffers in use and free ones never hold more than the budget
+// together, and a read whose sizes differ from the last one's (a young
+// stream's graded parts after a steady one's whole parts) does not map
+// its own beside a budget's worth of free ones: the heap's own overhead
+// (FUSE buffers, the GC's headroom) comes on top of the mapped bytes.
 // A free buffer is unmapped after mappedIdle unused, or at close. Buffers are
 // only unmapped while free, so the pool's callers must not touch a buffer
 // after put, as with any pool; here a slip faults instead of reading
@@ -238,12 +242,17 @@ func (m *mappedBuffers) snapshot() (mapped, free int64) {
 	return m.mapped, m.freeBytes
 }
 
-// keepFree unmaps free buffers, oldest first, until at most room bytes are
-// free.
+// freeShare: free buffers are kept within limit/freeShare. A steady read
+// puts back and takes again a few parts at a time; a quarter of the
+// budget covers a read's whole window of parts coming back at once.
+const freeShare = 4
+
+// keepFree unmaps free buffers, oldest first, until at most room bytes
+// (and limit/freeShare) are free.
 func (m *mappedBuffers) keepFree(room int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for m.freeBytes > max(room, 0) && m.unmapOldestLocked() {
+	for m.freeBytes > max(min(room, m.limit/freeShare), 0) && m.unmapOldestLocked() {
 	}
 }
 

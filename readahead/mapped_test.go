@@ -185,20 +185,20 @@ func TestMappedBuffersTrimmedWhenIdle(t *testing.T) {
 }
 
 // TestPoolKeepsFreeMappedWithinBudget: free mapped buffers are kept only
-// while the budget has room for them; buffers taken for other sizes push
-// them out, so that what is in use and what is kept never exceed the
-// budget together.
+// while the budget has room for them, and within a quarter of it; buffers
+// taken for other sizes push them out, so that what is in use and what is
+// kept never exceed the budget together.
 func TestPoolKeepsFreeMappedWithinBudget(t *testing.T) {
 	hp := needHugePages(t)
-	limit, used := 8*hp, int64(0)
+	limit, used := 16*hp, int64(0)
 	p := bufPool{blockSize: 64 << 10, mapped: newMappedBuffers(limit), room: func() int64 { return limit - used }}
 	defer p.close()
 	m := p.mapped
 	m.idle = time.Hour
 
-	// A sequential read: four parts of two huge pages, then done.
+	// A sequential read: six parts of two huge pages, then done.
 	var bufs [][]byte
-	for range 4 {
+	for range 6 {
 		used += 2 * hp
 		bufs = append(bufs, p.get(2*hp))
 	}
@@ -207,23 +207,32 @@ func TestPoolKeepsFreeMappedWithinBudget(t *testing.T) {
 		used -= 2 * hp
 	}
 	checkMapped(t, m)
-	assert.Equal(t, 8*hp, m.freeBytes, "kept for the next read: the budget has room")
+	assert.Equal(t, 12*hp, m.freeBytes, "kept until the next buffer is taken")
 
-	// Random reads: a buffer of another size takes 3 huge pages' worth
-	// of the budget; two free buffers make way.
+	// Another read, of other sizes: a buffer of 3 huge pages. Free ones
+	// make way down to a quarter of the budget, 4 huge pages.
 	used += 3 * hp
 	other := p.get(3*hp - 64<<10)
 	require.Len(t, other, int(3*hp-64<<10))
 	checkMapped(t, m)
 	assert.Equal(t, 4*hp, m.freeBytes)
-	assert.LessOrEqual(t, used+m.freeBytes, limit)
+	assert.Equal(t, 4*hp+int64(cap(other)), m.mapped)
 
 	// A mapped buffer reused is no longer free: nothing else goes.
 	used += 2 * hp
 	b := p.get(2 * hp)
 	assert.Equal(t, 2*hp, m.freeBytes)
+	assert.Equal(t, 4*hp+int64(cap(other)), m.mapped)
+
+	// The budget nearly full: free buffers within what is left of it.
+	used += 10 * hp
+	c := p.get(10*hp - 64<<10)
+	checkMapped(t, m)
+	require.Equal(t, hp, limit-used, "one huge page of room")
+	assert.Zero(t, m.freeBytes, "no room: the free buffer went")
 	assert.LessOrEqual(t, used+m.freeBytes, limit)
 	p.put(b)
+	p.put(c)
 	p.put(other)
 	checkMapped(t, m)
 	assert.Zero(t, p.onHeap.Load(), "every buffer mapped")
