@@ -38,32 +38,49 @@ var hugePageSize = sync.OnceValue(func() int64 {
 // its memory goes back to the system.
 const mappedIdle = 10 * time.Second
 
-// mappedBuffers hands out buffers of whole huge pages from anonymous
-// mappings outside the Go heap, aligned to a huge page and advised
-// MADV_HUGEPAGE, and keeps them for reuse.
+// mappedBuffers hands out buffers from anonymous mappings outside the Go
+// heap, and keeps them for reuse. Buffers of a huge page or more are
+// aligned to a huge page and advised MADV_HUGEPAGE; smaller ones (and all
+// of them where the kernel has no transparent huge pages) are plain
+// mappings of whole pages.
 //
-// Why: where transparent huge pages are "madvise" (Ubuntu's default,
-// among others) the Go heap gets none, and a readahead buffer is touched
-// one 4 KiB page at a time, then read into from sockets and copied out to
-// the kernel through 1024 page-table entries per 4 MiB part. On a
-// paravirtualised guest where touching memory is dear, huge pages for
-// ferry alone took a cold 4-stream read from 55% to 71-83% of the link
-// (docs/notes/2026-12-01-huge-pages.md). The Go heap's large objects are
-// aligned to 8 KiB only, so advising them in place covers half of each
-// part at best.
+// Why huge pages: where transparent huge pages are "madvise" (Ubuntu's
+// default, among others) the Go heap gets none, and a readahead buffer is
+// touched one 4 KiB page at a time, then read into from sockets and
+// copied out to the kernel through 1024 page-table entries per 4 MiB
+// part. On a paravirtualised guest where touching memory is dear, huge
+// pages for ferry alone took a cold 4-stream read from 55% to 71-83% of
+// the link (docs/notes/2026-12-01-huge-pages.md). The Go heap's large
+// objects are aligned to 8 KiB only, so advising them in place covers
+// half of each part at best.
+//
+// Why every size, not only whole huge pages: buffers of other sizes (a
+// demand read's 1 MiB, a young stream's graded parts, a part cut short
+// at a window's growth) used to come from the heap, where the garbage
+// collector lets the heap grow to twice what is live, and returns freed
+// spans to the system only slowly. Reading regions deep in a 200 GiB
+// object, where every stream starts young, held 834-849 MiB against a
+// 512 MiB budget (docs/notes/2026-12-02-huge-objects.md). A mapping is
+// the budget's bytes and no more, and goes back to the system when
+// unmapped.
 //
 // Memory: mapped bytes, in use or free, never exceed limit (the memory
 // budget): a new mapping first unmaps free buffers of other sizes. Free
-// buffers are kept within the part of the budget not in use (keepFree,
-// after every buffer handed out), so that buffers in use, on the heap or
-// mapped, and free mapped ones never hold more than the budget together.
+// buffers are kept within the part of the budget not in use, and within
+// a quarter of the limit (keepFree, after every buffer handed out), so
+// that buffers in use and free ones never hold more than the budget
+// together, and a read whose sizes differ from the last one's (a young
+// stream's graded parts after a steady one's whole parts) does not map
+// its own beside a budget's worth of free ones: the heap's own overhead
+// (FUSE buffers, the GC's headroom) comes on top of the mapped bytes.
 // A free buffer is unmapped after mappedIdle unused, or at close. Buffers are
 // only unmapped while free, so the pool's callers must not touch a buffer
 // after put, as with any pool; here a slip faults instead of reading
 // another part's bytes.
 type mappedBuffers struct {
 	// Constant data
-	hp       int64
+	hp       int64 // huge page size, or 0 where there are none
+	page     int64 // the system's page size
 	limit    int64
 	idle     time.Duration
 	onChange func(mapped int64) // Config.OffHeap, or nil
@@ -83,23 +100,23 @@ type freeBuffer struct {
 	at time.Time
 }
 
-// newMappedBuffers returns a pool for up to limit bytes, or nil where the
-// kernel has no transparent huge pages.
+// newMappedBuffers returns a pool for up to limit bytes, or nil if that
+// is less than a page.
 func newMappedBuffers(limit int64) *mappedBuffers {
-	hp := hugePageSize()
-	if hp == 0 || limit < hp {
+	page := int64(os.Getpagesize())
+	if limit < page {
 		return nil
 	}
 	return &mappedBuffers{
-		hp: hp, limit: limit, idle: mappedIdle,
+		hp: hugePageSize(), page: page, limit: limit, idle: mappedIdle,
 		free:  make(map[int64][]freeBuffer),
 		owned: make(map[*byte]int64),
 	}
 }
 
-// fits reports whether buffers of capacity c come from here.
+// fits reports whether buffers of capacity c come from here: whole pages.
 func (m *mappedBuffers) fits(c int64) bool {
-	return m != nil && c > 0 && c%m.hp == 0
+	return m != nil && c > 0 && c%m.page == 0
 }
 
 // get returns a buffer of capacity c (fits(c)), or nil if none can be
@@ -225,12 +242,17 @@ func (m *mappedBuffers) snapshot() (mapped, free int64) {
 	return m.mapped, m.freeBytes
 }
 
-// keepFree unmaps free buffers, oldest first, until at most room bytes are
-// free.
+// freeShare: free buffers are kept within limit/freeShare. A steady read
+// puts back and takes again a few parts at a time; a quarter of the
+// budget covers a read's whole window of parts coming back at once.
+const freeShare = 4
+
+// keepFree unmaps free buffers, oldest first, until at most room bytes
+// (and limit/freeShare) are free.
 func (m *mappedBuffers) keepFree(room int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for m.freeBytes > max(room, 0) && m.unmapOldestLocked() {
+	for m.freeBytes > max(min(room, m.limit/freeShare), 0) && m.unmapOldestLocked() {
 	}
 }
 
@@ -274,9 +296,17 @@ func (m *mappedBuffers) changedLocked() {
 	}
 }
 
-// mmap maps c bytes aligned to a huge page, advised to use huge pages, or
-// returns nil.
+// mmap maps c bytes, or returns nil. From a huge page on, the mapping is
+// aligned to a huge page and advised to use huge pages (a smaller one
+// could hold none).
 func (m *mappedBuffers) mmap(c int64) []byte {
+	if m.hp == 0 || c < m.hp {
+		p, err := unix.MmapPtr(-1, 0, nil, uintptr(c), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil
+		}
+		return unsafe.Slice((*byte)(p), c)
+	}
 	// Map a huge page more than needed, then unmap the unaligned ends.
 	n := uintptr(c + m.hp)
 	p, err := unix.MmapPtr(-1, 0, nil, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

@@ -77,8 +77,8 @@ func checkMapped(t *testing.T, m *mappedBuffers) {
 	assert.LessOrEqual(t, m.mapped, m.limit)
 }
 
-// TestMappedBuffers: buffers are whole huge pages, aligned and advised to
-// use huge pages; freed ones are reused; mapped bytes never exceed the
+// TestMappedBuffers: buffers of whole huge pages are aligned and advised
+// to use huge pages; freed ones are reused; mapped bytes never exceed the
 // limit (free buffers of other sizes give way); idle ones are unmapped.
 func TestMappedBuffers(t *testing.T) {
 	hp := needHugePages(t)
@@ -88,7 +88,8 @@ func TestMappedBuffers(t *testing.T) {
 	var told []int64   // what Config.OffHeap hears
 	m.onChange = func(n int64) { told = append(told, n) }
 	assert.True(t, m.fits(2*hp))
-	assert.False(t, m.fits(hp+64<<10), "not whole huge pages: the heap's")
+	assert.True(t, m.fits(hp+64<<10), "whole pages: mapped too")
+	assert.False(t, m.fits(64<<10+100), "not whole pages: the heap's")
 	assert.False(t, m.fits(0))
 
 	b := m.get(2 * hp)
@@ -184,20 +185,20 @@ func TestMappedBuffersTrimmedWhenIdle(t *testing.T) {
 }
 
 // TestPoolKeepsFreeMappedWithinBudget: free mapped buffers are kept only
-// while the budget has room for them; buffers taken for other sizes (from
-// the heap) push them out, so that what is in use and what is kept never
-// exceed the budget together.
+// while the budget has room for them, and within a quarter of it; buffers
+// taken for other sizes push them out, so that what is in use and what is
+// kept never exceed the budget together.
 func TestPoolKeepsFreeMappedWithinBudget(t *testing.T) {
 	hp := needHugePages(t)
-	limit, used := 8*hp, int64(0)
+	limit, used := 16*hp, int64(0)
 	p := bufPool{blockSize: 64 << 10, mapped: newMappedBuffers(limit), room: func() int64 { return limit - used }}
 	defer p.close()
 	m := p.mapped
 	m.idle = time.Hour
 
-	// A sequential read: four parts of two huge pages, then done.
+	// A sequential read: six parts of two huge pages, then done.
 	var bufs [][]byte
-	for range 4 {
+	for range 6 {
 		used += 2 * hp
 		bufs = append(bufs, p.get(2*hp))
 	}
@@ -206,25 +207,35 @@ func TestPoolKeepsFreeMappedWithinBudget(t *testing.T) {
 		used -= 2 * hp
 	}
 	checkMapped(t, m)
-	assert.Equal(t, 8*hp, m.freeBytes, "kept for the next read: the budget has room")
+	assert.Equal(t, 12*hp, m.freeBytes, "kept until the next buffer is taken")
 
-	// Random reads: buffers of other sizes, from the heap, take 3 huge
-	// pages' worth of the budget; two free mapped buffers make way.
+	// Another read, of other sizes: a buffer of 3 huge pages. Free ones
+	// make way down to a quarter of the budget, 4 huge pages.
 	used += 3 * hp
-	heap := p.get(3*hp - 64<<10)
-	require.Len(t, heap, int(3*hp-64<<10))
+	other := p.get(3*hp - 64<<10)
+	require.Len(t, other, int(3*hp-64<<10))
 	checkMapped(t, m)
 	assert.Equal(t, 4*hp, m.freeBytes)
-	assert.LessOrEqual(t, used+m.freeBytes, limit)
+	assert.Equal(t, 4*hp+int64(cap(other)), m.mapped)
 
 	// A mapped buffer reused is no longer free: nothing else goes.
 	used += 2 * hp
 	b := p.get(2 * hp)
 	assert.Equal(t, 2*hp, m.freeBytes)
+	assert.Equal(t, 4*hp+int64(cap(other)), m.mapped)
+
+	// The budget nearly full: free buffers within what is left of it.
+	used += 10 * hp
+	c := p.get(10*hp - 64<<10)
+	checkMapped(t, m)
+	require.Equal(t, hp, limit-used, "one huge page of room")
+	assert.Zero(t, m.freeBytes, "no room: the free buffer went")
 	assert.LessOrEqual(t, used+m.freeBytes, limit)
 	p.put(b)
-	p.put(heap)
+	p.put(c)
+	p.put(other)
 	checkMapped(t, m)
+	assert.Zero(t, p.onHeap.Load(), "every buffer mapped")
 }
 
 // TestMappedBuffersConcurrent: many goroutines taking and returning
@@ -314,4 +325,54 @@ func TestFetcherWithMappedBuffers(t *testing.T) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	assert.Zero(t, m.mapped, "closed with every handle closed: all unmapped")
+}
+
+// TestFetcherBuffersOffHeap: no part buffer comes from the Go heap, whatever
+// its size: the graded parts of a stream that starts deep in an object,
+// the parts cut short as its window grows, demand reads of odd sizes and
+// blocks read from the cache for part of them. On the heap, such buffers
+// let the garbage collector grow the heap to twice what is live, past the
+// budget (issue 32: 834-849 MiB of RSS against 512 MiB).
+func TestFetcherBuffersOffHeap(t *testing.T) {
+	b := newFakeBucket()
+	f := newTestFetcher(t, Config{Bucket: b, Cache: newMemCache(64 * KiB), MemoryLimit: 64 * MiB,
+		PartSize: 4 * MiB, MaxConnections: 8})
+	if f.pool.mapped == nil {
+		f.pool.mapped = newMappedBuffers(f.cfg.MemoryLimit) // as without the race detector
+	}
+	m := f.pool.mapped
+	m.idle = time.Hour
+	sizes := map[int64]bool{} // capacities mapped
+	m.onChange = func(int64) {
+		for _, c := range m.owned { // (m.mu is held)
+			sizes[c] = true
+		}
+	}
+	obj := b.put("deep", 256*MiB)
+
+	// Sequential 1 MiB reads from 200 MiB in: a young stream, graded.
+	h := f.open(obj)
+	for off := int64(200 * MiB); off < 232*MiB; off += MiB {
+		readCheck(t, b, h, off, MiB)
+	}
+	h.Close()
+	// Random reads of odd sizes at odd offsets: demand parts, and blocks
+	// read from the cache (above) for part of them.
+	h = f.open(obj)
+	for i, off := range []int64{7 * MiB, 90*MiB + 4097, 203*MiB + 100, 31 * MiB, 211*MiB + 65535, 150 * MiB} {
+		readCheck(t, b, h, off, MiB+int64(i)*(100*KiB+3))
+	}
+	h.Close()
+
+	assert.Zero(t, f.pool.onHeap.Load(), "buffers made on the Go heap")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var odd int
+	for c := range sizes {
+		if m.hp == 0 || c%m.hp != 0 {
+			odd++
+		}
+	}
+	assert.Greater(t, odd, 3, "buffers not of whole huge pages were mapped: %v", sizes)
+	assert.Zero(t, m.mapped-m.freeBytes, "every buffer back")
 }

@@ -1,15 +1,22 @@
 package readahead
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // bufPool recycles buffers by size class (multiples of the block size, so
-// a part's accounted cost is its real capacity) so that a steady stream of
-// parts does not make the GC balloon the heap. Classes of whole huge pages
-// come from mapped (when not nil), the rest from the heap.
+// a part's accounted cost is its real capacity). Buffers come from mapped,
+// outside the Go heap; from the heap only where there is no mapped (the
+// race detector sees only the heap), for classes not of whole pages (tiny
+// test block sizes), or if a mapping fails. Heap buffers are recycled too,
+// so that a steady stream of parts does not make the GC balloon the heap.
 type bufPool struct {
 	blockSize int64
 	pools     sync.Map // int64 class -> *sync.Pool
 	mapped    *mappedBuffers
+	// onHeap counts buffers made on the heap (tests).
+	onHeap atomic.Int64
 	// room is the memory budget not in use: free mapped buffers are kept
 	// within it, so that they and the buffers in use never hold more than
 	// the budget together.
@@ -35,6 +42,7 @@ func (p *bufPool) get(n int64) []byte {
 			return (*b)[:n]
 		}
 	}
+	p.onHeap.Add(1)
 	return make([]byte, n, c)
 }
 

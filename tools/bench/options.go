@@ -196,7 +196,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.OverCacheEpochs, "over-cache-epochs", o.OverCacheEpochs, "over-cache: epochs read on each mount")
 	fs.Var(sizeFlag{&o.HugeSize}, "huge-size", "huge: size of the sparse object on file://")
 	fs.Var(sizeFlag{&o.HugeRegion}, "huge-region", "huge: bytes written and read sequentially at each of its four offsets (0, a third, two thirds, the end), and the size of the base object it is compared with")
-	fs.IntVar(&o.HugeRecords, "huge-records", o.HugeRecords, "huge: random 1 MiB reads of the base object, and as many across the huge object's regions")
+	fs.IntVar(&o.HugeRecords, "huge-records", o.HugeRecords, "huge: random 1 MiB reads of the base object, and as many in each of the huge object's regions")
 
 	if err := fs.Parse(args[1:]); err != nil {
 		return Options{}, err
