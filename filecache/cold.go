@@ -224,8 +224,17 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 	}
 	s.mu.Unlock()
 	s.finishEvictions(victims)
-	s.warmed.Add(1)
+	if s.warmed.Add(1)%releaseEvery == 0 {
+		// The records just read stay mapped until released: a
+		// restarted epoch warms thousands a second, and the commit
+		// each second (which releases too) was not often enough to
+		// keep them from adding 160 MiB to ferry's RSS at 1.28M.
+		releaseIndexPages(s.liveDB.Load())
+	}
 }
+
+// releaseEvery warms, the index's pages are released (releaseIndexPages).
+const releaseEvery = 1024
 
 // dropColdLocked removes the cold entry key, of bytes, as an eviction
 // does: its rows go at the next commit, and the returned entry (not live,
