@@ -13,7 +13,8 @@ import (
 // (cooled). Every other entry the index holds is cold: its key and size,
 // 40 bytes in a queue and about 40 in a map, so that a cache of 1.28M
 // objects costs about 100 MB here rather than 900, and Open reads only
-// the index's access times (16 bytes an entry), not every record. A cold
+// the entries' snapshot a clean Close left (snapshot.go) or the index's
+// access times (16 bytes an entry), not every record. A cold
 // entry is read from the index when it is next looked up (warmed), and
 // checked then as Open once checked every entry: a record that does not
 // decode, another block size, a data file that is missing.

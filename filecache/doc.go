@@ -14,7 +14,8 @@
 //
 // # Memory and restarts
 //
-// Open reads only each entry's access time and size (cold.go): the
+// Open reads only each entry's access time and size (cold.go), from the
+// snapshot a clean Close wrote (snapshot.go) or else from the index: the
 // entries are queued cold, at about 100 bytes each, and read from the
 // index, and checked, when first used (warmed). Entries idle beyond the
 // most recent 65,536 are cooled again after a commit. So a cache of 1.28M
@@ -44,6 +45,7 @@
 // Layout:
 //
 //	Dir/v1/index.db              bbolt index
+//	Dir/v1/entries.snapshot      entries in LRU order, left by a clean Close
 //	Dir/v1/data/ab/abcdef...     one sparse file per object version
 //
 // # Durability
