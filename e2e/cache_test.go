@@ -390,7 +390,8 @@ func sumRange(t *testing.T, path string, off int64) string {
 // TestPassthroughAfterReadyingTheRest: a reader that skips the head of a
 // file (a header it never needs) leaves it one block short of whole in
 // the disk cache; ferry fetches that block when the handle is released,
-// so the next open is passthrough.
+// so the file is whole: the next open reads it through ferry, checking
+// it, and the one after is passthrough.
 func TestPassthroughAfterReadyingTheRest(t *testing.T) {
 	s := newStore(t, "gcs")
 	objs := dataset(t, s, "d", 1, 6<<20+12345)
@@ -407,14 +408,19 @@ func TestPassthroughAfterReadyingTheRest(t *testing.T) {
 		10*time.Second, 10*time.Millisecond, "log in %s", m.log)
 	assert.EqualValues(t, 64<<10, m.metric(t, "ferry_fs_passthrough_readied_bytes_total", nil), "the block before 100 KiB")
 	reads := storeReads(t, m)
-	dropCaches(t)
-	readAll(t, m, objs)
+	// The first open of the file, whole now, reads it through ferry and
+	// checks it as it reads; the next is passthrough.
+	for range 2 {
+		dropCaches(t)
+		readAll(t, m, objs)
+	}
 	if m.metric(t, "ferry_fs_passthrough_opens_total", nil) == 0 {
 		expected, why := ferryfs.PassthroughExpected()
 		require.False(t, expected, "no passthrough open (%s); log in %s", why, m.log)
 		t.Skip("the kernel offers no FUSE passthrough: " + why)
 	}
 	assert.EqualValues(t, 1, m.metric(t, "ferry_fs_passthrough_opens_total", nil))
+	assert.EqualValues(t, 1, m.metric(t, "ferry_cache_read_checks_total", nil), "the first whole read checked it")
 	assert.Equal(t, reads, storeReads(t, m))
 }
 
