@@ -109,24 +109,20 @@ func (c *coldSet) compact() {
 		return
 	}
 	live := make([]coldSlot, 0, len(c.pos))
-	for _, sl := range c.slots[c.head:] {
-		if sl.bytes >= 0 {
-			c.pos[sl.key] = int32(len(live))
-			live = append(live, sl)
-		}
-	}
+	c.each(func(k coldKey, bytes int64) {
+		c.pos[k] = int32(len(live))
+		live = append(live, coldSlot{key: k, bytes: bytes})
+	})
 	c.slots, c.head = live, 0
 }
 
-// clear empties the set and returns the bytes it held.
-func (c *coldSet) clear() (bytes int64) {
+// each calls fn for every cold entry, least recent first.
+func (c *coldSet) each(fn func(k coldKey, bytes int64)) {
 	for _, sl := range c.slots[c.head:] {
 		if sl.bytes >= 0 {
-			bytes += sl.bytes
+			fn(sl.key, sl.bytes)
 		}
 	}
-	*c = coldSet{}
-	return bytes
 }
 
 // lockLookup returns obj's warm entry, warming it first if it is cold;

@@ -308,11 +308,9 @@ func (s *Store) rebuildIndex(why error) error {
 	// unlinked in the background (deleting keeps their keys from being
 	// written again until then).
 	var cold []*entry
-	for _, sl := range s.cold.slots[s.cold.head:] {
-		if sl.bytes >= 0 {
-			cold = append(cold, s.dropColdLocked(sl.key.String(), sl.bytes))
-		}
-	}
+	s.cold.each(func(k coldKey, bytes int64) {
+		cold = append(cold, s.dropColdLocked(k.String(), bytes))
+	})
 	s.cold = coldSet{}
 	if len(cold) > 0 {
 		go s.finishEvictions(cold)

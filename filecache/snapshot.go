@@ -65,11 +65,7 @@ func (s *Store) writeSnapshot() error {
 		binary.LittleEndian.PutUint64(row[32:], uint64(bytes))
 		w.Write(row[:])
 	}
-	for _, sl := range s.cold.slots[s.cold.head:] {
-		if sl.bytes >= 0 {
-			put(sl.key, sl.bytes)
-		}
-	}
+	s.cold.each(put)
 	for el := s.lru.Back(); el != nil; el = el.Prev() {
 		e := el.Value.(*entry)
 		k, _ := coldKeyOf(e.key)
