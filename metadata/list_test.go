@@ -8,8 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"ferry/bucket/mem"
 )
 
 // TestListerIsCharged: what a Lister holds counts against the memory
@@ -18,10 +16,7 @@ import (
 // the Lister's. Release gives it back.
 func TestListerIsCharged(t *testing.T) {
 	const n = 50_000
-	b := mem.New("b")
-	for i := range n {
-		put(t, b, fmt.Sprintf("flat/n01440764_%07d.JPEG", i), "")
-	}
+	b := flatBucket(t, n)
 	ctx := context.Background()
 	heap := func() int64 {
 		runtime.GC()

@@ -19,10 +19,7 @@ import (
 // a DirEntry and a map slot a name; its entries are the store's.
 func TestListerPacksAsItReads(t *testing.T) {
 	const n = 100_000
-	b := mem.New("b")
-	for i := range n {
-		put(t, b, fmt.Sprintf("flat/n01440764_%07d.JPEG", i), "")
-	}
+	b := flatBucket(t, n)
 	c := newTestCache(t, b, nil, func(cfg *Config) { cfg.PageSize = 1000 })
 	heap := func() int64 {
 		runtime.GC()
@@ -67,4 +64,14 @@ func TestListingBuilderHashCollision(t *testing.T) {
 	assert.Equal(t, Dir, lb.ents[1].kind, "the directory wins, in place")
 	_, ok = lb.find("c")
 	assert.False(t, ok)
+}
+
+// flatBucket is a bucket of n empty objects in one directory, flat/.
+func flatBucket(t *testing.T, n int) *mem.Bucket {
+	t.Helper()
+	b := mem.New("b")
+	for i := range n {
+		put(t, b, fmt.Sprintf("flat/n01440764_%07d.JPEG", i), "")
+	}
+	return b
 }
