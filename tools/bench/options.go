@@ -72,6 +72,11 @@ type Options struct {
 	OverCacheSize   int64 `json:"over_cache_size,omitempty"`
 	OverCacheEpochs int   `json:"over_cache_epochs,omitempty"`
 
+	// Epochs 1-3 and 2'-3' after a restart on file:// (epochs.go).
+	EpochsFiles   int   `json:"epochs_files,omitempty"`
+	EpochsSize    int64 `json:"epochs_size,omitempty"`
+	EpochsStreams int   `json:"epochs_streams,omitempty"`
+
 	// A huge sparse object on file:// (huge.go).
 	HugeSize    int64 `json:"huge_size,omitempty"`
 	HugeRegion  int64 `json:"huge_region,omitempty"`
@@ -122,6 +127,7 @@ func defaultOptions(command string) Options {
 		Accelerators: 1, MLPerfReaders: 4, MLPerfScale: 1,
 		UNet3DFiles: 28, ResNet50Files: 6, CosmoFiles: 600,
 		OverCacheFiles: 192, OverCacheSize: 1 << 20, OverCacheEpochs: 4,
+		EpochsFiles: 4, EpochsSize: 256 << 20, EpochsStreams: 1,
 		HugeSize: 200 << 30, HugeRegion: 1 << 30, HugeRecords: 512,
 	}
 	if command == "demo" {
@@ -194,6 +200,9 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.OverCacheFiles, "over-cache-files", o.OverCacheFiles, "over-cache: files of the dataset read over a cache of 1/1.5 and 1/3 of its size")
 	fs.Var(sizeFlag{&o.OverCacheSize}, "over-cache-size", "over-cache: size of each file")
 	fs.IntVar(&o.OverCacheEpochs, "over-cache-epochs", o.OverCacheEpochs, "over-cache: epochs read on each mount")
+	fs.IntVar(&o.EpochsFiles, "epochs-files", o.EpochsFiles, "epochs: files read whole in each epoch")
+	fs.Var(sizeFlag{&o.EpochsSize}, "epochs-size", "epochs: size of each file")
+	fs.IntVar(&o.EpochsStreams, "epochs-streams", o.EpochsStreams, "epochs: files read at once (1: one after another, as `dd bs=1M` in turn)")
 	fs.Var(sizeFlag{&o.HugeSize}, "huge-size", "huge: size of the sparse object on file://")
 	fs.Var(sizeFlag{&o.HugeRegion}, "huge-region", "huge: bytes written and read sequentially at each of its four offsets (0, a third, two thirds, the end), and the size of the base object it is compared with")
 	fs.IntVar(&o.HugeRecords, "huge-records", o.HugeRecords, "huge: random 1 MiB reads of the base object, and as many in each of the huge object's regions")
@@ -215,8 +224,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		if w == "" {
 			continue
 		}
-		if !contains(allWorkloads, w) && w != overCacheName && w != hugeName {
-			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s, and %s and %s, not run by default)", w, strings.Join(allWorkloads, ","), overCacheName, hugeName)
+		if !contains(allWorkloads, w) && w != overCacheName && w != hugeName && w != epochsName {
+			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s, and %s, %s and %s, not run by default)", w, strings.Join(allWorkloads, ","), overCacheName, hugeName, epochsName)
 		}
 		o.Workloads = append(o.Workloads, w)
 	}
@@ -251,6 +260,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("--target-dir: %s measures ferry's own cache; it cannot run on another file system", overCacheName)
 	case contains(o.Workloads, hugeName) && o.TargetDir != "":
 		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", hugeName)
+	case contains(o.Workloads, epochsName) && o.TargetDir != "":
+		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", epochsName)
+	case contains(o.Workloads, epochsName) && (o.EpochsFiles <= 0 || o.EpochsStreams <= 0):
+		return errors.New("--epochs-files and --epochs-streams must be positive")
 	case contains(o.Workloads, hugeName) && o.HugeRecords <= 0:
 		return errors.New("--huge-records must be positive")
 	case o.Command == "generate" && o.DataDir == "":
