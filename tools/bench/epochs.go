@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +27,9 @@ import (
 // device time, and epoch 1 is ferry filling its cache), ferry's disk cache
 // under the work directory. One mount reads the files whole in epochs 1
 // (cold: fetched and cached), 2 and 3; a new ferry process on the same
-// cache reads epochs 2' and 3'. The page cache is dropped before each
+// cache reads epochs 2' and 3', --epochs-restarts times (3: a ratio of
+// two epochs moves by a fifth between repeats on a busy machine, and the
+// restart goal takes the median). The page cache is dropped before each
 // epoch. Epoch 2 and 2' are each file's first open of a cached file in
 // their process, which ferry serves through itself, checking every block
 // as it reads it; 3 and 3' are passthrough (the kernel reads the cache
@@ -48,7 +52,7 @@ const (
 	phaseEpoch1     = "epoch 1"
 	phaseEpoch2     = "epoch 2"
 	phaseEpoch3     = "epoch 3"
-	phaseEpoch2R    = "epoch 2'" // after a restart on the same cache
+	phaseEpoch2R    = "epoch 2'" // after a restart on the same cache (restartPhase)
 	phaseEpoch3R    = "epoch 3'"
 )
 
@@ -260,9 +264,9 @@ func (b *bench) runEpochs(ctx context.Context) error {
 		where = "on disk " + src + " (" + why + ")"
 	}
 	b.report.Notes = append(b.report.Notes, fmt.Sprintf("%s: %d files of %s on a file:// source %s, ferry's cache under the work directory; "+
-		"each epoch reads them whole in %s reads, %d at a time, page cache dropped first. Epochs 1-3 on one mount, 2' and 3' on a new ferry process over the same cache. "+
+		"each epoch reads them whole in %s reads, %d at a time, page cache dropped first. Epochs 1-3 on one mount, then %d times a new ferry process over the same cache reads epochs 2' and 3' (#1, #2...). "+
 		"'local, fresh' reads the local copy right after it was written with O_DIRECT (as ferry writes its cache, so as epoch 2 finds its cache files), 'local' reads it again.",
-		epochsName, len(files), sizeLabel(o.EpochsSize), where, sizeLabel(seqBuf), o.EpochsStreams))
+		epochsName, len(files), sizeLabel(o.EpochsSize), where, sizeLabel(seqBuf), o.EpochsStreams, o.EpochsRestarts))
 
 	w := Workload{
 		Name: epochsName, Expect: total,
@@ -282,8 +286,9 @@ func (b *bench) runEpochs(ctx context.Context) error {
 		b.measure(ctx, w, phase, "local", local, nil)
 	}
 	f := &Ferry{Bin: b.ferry.Bin, Source: "file://" + src, Args: o.FerryArgs, LogDir: o.WorkDir}
-	for i, phases := range [][]string{{phaseEpoch1, phaseEpoch2, phaseEpoch3}, {phaseEpoch2R, phaseEpoch3R}} {
-		last := i == 1
+	mounts := epochsMounts(o.EpochsRestarts)
+	for i, phases := range mounts {
+		last := i == len(mounts)-1
 		if err := b.epochsMount(ctx, f, cacheDir, w, phases, last, func(root string) error {
 			return checkRanges(spec, root, files, sizes, 4, 1<<20, o.Seed+7)
 		}); err != nil {
@@ -346,34 +351,74 @@ func (b *bench) epochsMount(ctx context.Context, f *Ferry, cacheDir string, w Wo
 	return nil
 }
 
+// epochsMounts are the phases of each mount: epochs 1-3, then epochs 2'
+// and 3' of each of restarts new ferry processes.
+func epochsMounts(restarts int) [][]string {
+	mounts := [][]string{{phaseEpoch1, phaseEpoch2, phaseEpoch3}}
+	for k := 1; k <= restarts; k++ {
+		mounts = append(mounts, []string{restartPhase(phaseEpoch2R, k), restartPhase(phaseEpoch3R, k)})
+	}
+	return mounts
+}
+
+// restartPhase is a phase of restart k (from 1): "epoch 2' #1".
+func restartPhase(phase string, k int) string { return fmt.Sprintf("%s #%d", phase, k) }
+
 // epochsTargets are issue 32's goals for the epochs: epoch 2 at least 85%
-// of epoch 3's rate in the same mount, and epoch 2' of 3' after a restart.
-// Each shows beside it the local copy's first read over its second, the
-// device's own ratio for bytes written with O_DIRECT and then read twice:
-// a fresh cache's epoch 2 reads its files from the device for the first
-// time, so the same-mount ratio cannot pass that one whatever ferry does.
-// Rows that did not run are skipped.
+// of epoch 3's rate in the same mount, and epoch 2' of 3' after a restart
+// (the median of the restarts' ratios, each restart's 2' over its own
+// 3'). The same-mount goal shows beside it the local copy's first read
+// over its second, the device's own ratio for bytes written with O_DIRECT
+// and then read twice: a fresh cache's epoch 2 reads its files from the
+// device for the first time, so the same-mount ratio cannot pass that
+// one whatever ferry does. Both show the spread of the run's passthrough
+// epochs (3 and every 3'), the same reads repeated: a ratio inside it is
+// not told from 100%. Rows that did not run are skipped.
 func epochsTargets(rows []Row) []Target {
 	var out []Target
-	device := ""
-	fresh, ok1 := findLocal(rows, epochsName, phaseLocalFresh)
-	again, ok2 := findLocal(rows, epochsName, PhaseLocal)
-	if ok1 && ok2 {
-		device = fmt.Sprintf("; local disk fresh / again %.0f%% (%.0f / %.0f)", 100*ratio(fresh.Rate(), again.Rate()), fresh.Rate()/mib, again.Rate()/mib)
-	}
-	for _, p := range [][3]string{{phaseEpoch2, phaseEpoch3, "in the same mount"}, {phaseEpoch2R, phaseEpoch3R, "after a restart"}} {
-		e2, ok2 := findRow(rows, epochsName, p[0])
-		e3, ok3 := findRow(rows, epochsName, p[1])
-		if !ok2 || !ok3 {
-			continue
+	var pt []float64 // the passthrough epochs' rates
+	for _, r := range rows {
+		if r.Workload == epochsName && r.Target == "ferry" && r.Error == "" &&
+			(r.Phase == phaseEpoch3 || strings.HasPrefix(r.Phase, phaseEpoch3R+" #")) {
+			pt = append(pt, r.Rate())
 		}
+	}
+	spread := ""
+	if len(pt) > 1 {
+		spread = fmt.Sprintf("; passthrough epochs %.0f-%.0f MiB/s", slices.Min(pt)/mib, slices.Max(pt)/mib)
+	}
+	goal := func(what string, v float64, shown string) {
+		out = append(out, Target{What: fmt.Sprintf("%s: %s (page cache dropped), rate", epochsName, what),
+			Value: v, Want: fmt.Sprintf(">= %.0f%%", 100*epochsGoal), Met: v >= epochsGoal, Shown: shown + spread})
+	}
+	e2, ok2 := findRow(rows, epochsName, phaseEpoch2)
+	e3, ok3 := findRow(rows, epochsName, phaseEpoch3)
+	if ok2 && ok3 {
 		v := ratio(e2.Rate(), e3.Rate())
 		shown := fmt.Sprintf("%.0f%% (%.0f / %.0f MiB/s)", 100*v, e2.Rate()/mib, e3.Rate()/mib)
-		if p[0] == phaseEpoch2 {
-			shown += device
+		fresh, okf := findLocal(rows, epochsName, phaseLocalFresh)
+		again, oka := findLocal(rows, epochsName, PhaseLocal)
+		if okf && oka {
+			shown += fmt.Sprintf("; local disk fresh / again %.0f%% (%.0f / %.0f)", 100*ratio(fresh.Rate(), again.Rate()), fresh.Rate()/mib, again.Rate()/mib)
 		}
-		out = append(out, Target{What: fmt.Sprintf("%s: %s over %s %s (page cache dropped), rate", epochsName, p[0], p[1], p[2]),
-			Value: v, Want: fmt.Sprintf(">= %.0f%%", 100*epochsGoal), Met: v >= epochsGoal, Shown: shown})
+		goal(fmt.Sprintf("%s over %s in the same mount", phaseEpoch2, phaseEpoch3), v, shown)
+	}
+	var ratios []string
+	var vs []float64
+	for k := 1; ; k++ {
+		e2, ok2 := findRow(rows, epochsName, restartPhase(phaseEpoch2R, k))
+		e3, ok3 := findRow(rows, epochsName, restartPhase(phaseEpoch3R, k))
+		if !ok2 || !ok3 {
+			break
+		}
+		v := ratio(e2.Rate(), e3.Rate())
+		vs = append(vs, v)
+		ratios = append(ratios, fmt.Sprintf("%.0f%% (%.0f / %.0f)", 100*v, e2.Rate()/mib, e3.Rate()/mib))
+	}
+	if len(vs) > 0 {
+		v := median(vs)
+		goal(fmt.Sprintf("%s over %s after a restart, median of %d restarts", phaseEpoch2R, phaseEpoch3R, len(vs)), v,
+			fmt.Sprintf("%.0f%%: %s MiB/s", 100*v, strings.Join(ratios, ", ")))
 	}
 	return out
 }

@@ -73,9 +73,10 @@ type Options struct {
 	OverCacheEpochs int   `json:"over_cache_epochs,omitempty"`
 
 	// Epochs 1-3 and 2'-3' after a restart on file:// (epochs.go).
-	EpochsFiles   int   `json:"epochs_files,omitempty"`
-	EpochsSize    int64 `json:"epochs_size,omitempty"`
-	EpochsStreams int   `json:"epochs_streams,omitempty"`
+	EpochsFiles    int   `json:"epochs_files,omitempty"`
+	EpochsSize     int64 `json:"epochs_size,omitempty"`
+	EpochsStreams  int   `json:"epochs_streams,omitempty"`
+	EpochsRestarts int   `json:"epochs_restarts,omitempty"`
 
 	// A huge sparse object on file:// (huge.go).
 	HugeSize    int64 `json:"huge_size,omitempty"`
@@ -127,7 +128,7 @@ func defaultOptions(command string) Options {
 		Accelerators: 1, MLPerfReaders: 4, MLPerfScale: 1,
 		UNet3DFiles: 28, ResNet50Files: 6, CosmoFiles: 600,
 		OverCacheFiles: 192, OverCacheSize: 1 << 20, OverCacheEpochs: 4,
-		EpochsFiles: 4, EpochsSize: 256 << 20, EpochsStreams: 1,
+		EpochsFiles: 4, EpochsSize: 256 << 20, EpochsStreams: 1, EpochsRestarts: 3,
 		HugeSize: 200 << 30, HugeRegion: 1 << 30, HugeRecords: 512,
 	}
 	if command == "demo" {
@@ -203,6 +204,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.EpochsFiles, "epochs-files", o.EpochsFiles, "epochs: files read whole in each epoch")
 	fs.Var(sizeFlag{&o.EpochsSize}, "epochs-size", "epochs: size of each file")
 	fs.IntVar(&o.EpochsStreams, "epochs-streams", o.EpochsStreams, "epochs: files read at once (1: one after another, as `dd bs=1M` in turn)")
+	fs.IntVar(&o.EpochsRestarts, "epochs-restarts", o.EpochsRestarts, "epochs: new ferry processes on the same cache after epoch 3, one after another, each reading epochs 2' and 3'; the restart goal takes the median of their ratios")
 	fs.Var(sizeFlag{&o.HugeSize}, "huge-size", "huge: size of the sparse object on file://")
 	fs.Var(sizeFlag{&o.HugeRegion}, "huge-region", "huge: bytes written and read sequentially at each of its four offsets (0, a third, two thirds, the end), and the size of the base object it is compared with")
 	fs.IntVar(&o.HugeRecords, "huge-records", o.HugeRecords, "huge: random 1 MiB reads of the base object, and as many in each of the huge object's regions")
@@ -262,8 +264,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", hugeName)
 	case contains(o.Workloads, epochsName) && o.TargetDir != "":
 		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", epochsName)
-	case contains(o.Workloads, epochsName) && (o.EpochsFiles <= 0 || o.EpochsStreams <= 0):
-		return errors.New("--epochs-files and --epochs-streams must be positive")
+	case contains(o.Workloads, epochsName) && (o.EpochsFiles <= 0 || o.EpochsStreams <= 0 || o.EpochsRestarts <= 0):
+		return errors.New("--epochs-files, --epochs-streams and --epochs-restarts must be positive")
 	case contains(o.Workloads, hugeName) && o.HugeRecords <= 0:
 		return errors.New("--huge-records must be positive")
 	case o.Command == "generate" && o.DataDir == "":
