@@ -39,6 +39,10 @@ func TestEpochsOptions(t *testing.T) {
 	assert.ErrorContains(t, err, "must be positive")
 	_, err = parse(t, "run", "--workloads", "epochs", "--target-dir", t.TempDir())
 	assert.ErrorContains(t, err, "--target-dir")
+	_, err = parse(t, "run", "--workloads", "epochs", "--ferry-args", "--metrics-addr=127.0.0.1:9")
+	assert.ErrorContains(t, err, "--metrics-addr")
+	_, err = parse(t, "run", "--workloads", "seq-1", "--ferry-args", "--metrics-addr 127.0.0.1:9")
+	assert.NoError(t, err, "only epochs needs its own")
 }
 
 func TestEpochsMounts(t *testing.T) {

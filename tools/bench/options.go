@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -266,6 +267,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", epochsName)
 	case contains(o.Workloads, epochsName) && (o.EpochsFiles <= 0 || o.EpochsStreams <= 0 || o.EpochsRestarts <= 0):
 		return errors.New("--epochs-files, --epochs-streams and --epochs-restarts must be positive")
+	case contains(o.Workloads, epochsName) && slices.ContainsFunc(o.FerryArgs, func(a string) bool { return a == "--metrics-addr" || strings.HasPrefix(a, "--metrics-addr=") }):
+		return fmt.Errorf("--ferry-args: %s reads ferry's counters from a --metrics-addr of its own", epochsName)
 	case contains(o.Workloads, hugeName) && o.HugeRecords <= 0:
 		return errors.New("--huge-records must be positive")
 	case o.Command == "generate" && o.DataDir == "":
