@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +73,12 @@ type Options struct {
 	OverCacheSize   int64 `json:"over_cache_size,omitempty"`
 	OverCacheEpochs int   `json:"over_cache_epochs,omitempty"`
 
+	// Epochs 1-3 and 2'-3' after a restart on file:// (epochs.go).
+	EpochsFiles    int   `json:"epochs_files,omitempty"`
+	EpochsSize     int64 `json:"epochs_size,omitempty"`
+	EpochsStreams  int   `json:"epochs_streams,omitempty"`
+	EpochsRestarts int   `json:"epochs_restarts,omitempty"`
+
 	// A huge sparse object on file:// (huge.go).
 	HugeSize    int64 `json:"huge_size,omitempty"`
 	HugeRegion  int64 `json:"huge_region,omitempty"`
@@ -122,6 +129,7 @@ func defaultOptions(command string) Options {
 		Accelerators: 1, MLPerfReaders: 4, MLPerfScale: 1,
 		UNet3DFiles: 28, ResNet50Files: 6, CosmoFiles: 600,
 		OverCacheFiles: 192, OverCacheSize: 1 << 20, OverCacheEpochs: 4,
+		EpochsFiles: 4, EpochsSize: 256 << 20, EpochsStreams: 1, EpochsRestarts: 3,
 		HugeSize: 200 << 30, HugeRegion: 1 << 30, HugeRecords: 512,
 	}
 	if command == "demo" {
@@ -194,6 +202,10 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.OverCacheFiles, "over-cache-files", o.OverCacheFiles, "over-cache: files of the dataset read over a cache of 1/1.5 and 1/3 of its size")
 	fs.Var(sizeFlag{&o.OverCacheSize}, "over-cache-size", "over-cache: size of each file")
 	fs.IntVar(&o.OverCacheEpochs, "over-cache-epochs", o.OverCacheEpochs, "over-cache: epochs read on each mount")
+	fs.IntVar(&o.EpochsFiles, "epochs-files", o.EpochsFiles, "epochs: files read whole in each epoch")
+	fs.Var(sizeFlag{&o.EpochsSize}, "epochs-size", "epochs: size of each file")
+	fs.IntVar(&o.EpochsStreams, "epochs-streams", o.EpochsStreams, "epochs: files read at once (1: one after another, as `dd bs=1M` in turn)")
+	fs.IntVar(&o.EpochsRestarts, "epochs-restarts", o.EpochsRestarts, "epochs: new ferry processes on the same cache after epoch 3, one after another, each reading epochs 2' and 3'; the restart goal takes the median of their ratios")
 	fs.Var(sizeFlag{&o.HugeSize}, "huge-size", "huge: size of the sparse object on file://")
 	fs.Var(sizeFlag{&o.HugeRegion}, "huge-region", "huge: bytes written and read sequentially at each of its four offsets (0, a third, two thirds, the end), and the size of the base object it is compared with")
 	fs.IntVar(&o.HugeRecords, "huge-records", o.HugeRecords, "huge: random 1 MiB reads of the base object, and as many in each of the huge object's regions")
@@ -215,8 +227,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		if w == "" {
 			continue
 		}
-		if !contains(allWorkloads, w) && w != overCacheName && w != hugeName {
-			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s, and %s and %s, not run by default)", w, strings.Join(allWorkloads, ","), overCacheName, hugeName)
+		if !contains(allWorkloads, w) && w != overCacheName && w != hugeName && w != epochsName {
+			return Options{}, fmt.Errorf("--workloads: unknown workload %q (have %s, and %s, %s and %s, not run by default)", w, strings.Join(allWorkloads, ","), overCacheName, hugeName, epochsName)
 		}
 		o.Workloads = append(o.Workloads, w)
 	}
@@ -251,6 +263,12 @@ func (o Options) validate() error {
 		return fmt.Errorf("--target-dir: %s measures ferry's own cache; it cannot run on another file system", overCacheName)
 	case contains(o.Workloads, hugeName) && o.TargetDir != "":
 		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", hugeName)
+	case contains(o.Workloads, epochsName) && o.TargetDir != "":
+		return fmt.Errorf("--target-dir: %s mounts ferry on a file:// source of its own; it cannot run on another file system", epochsName)
+	case contains(o.Workloads, epochsName) && (o.EpochsFiles <= 0 || o.EpochsStreams <= 0 || o.EpochsRestarts <= 0):
+		return errors.New("--epochs-files, --epochs-streams and --epochs-restarts must be positive")
+	case contains(o.Workloads, epochsName) && slices.ContainsFunc(o.FerryArgs, func(a string) bool { return a == "--metrics-addr" || strings.HasPrefix(a, "--metrics-addr=") }):
+		return fmt.Errorf("--ferry-args: %s reads ferry's counters from a --metrics-addr of its own", epochsName)
 	case contains(o.Workloads, hugeName) && o.HugeRecords <= 0:
 		return errors.New("--huge-records must be positive")
 	case o.Command == "generate" && o.DataDir == "":

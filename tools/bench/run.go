@@ -451,6 +451,7 @@ func (rep *Report) derive(ferry bool) {
 	// The huge workload's rows are ferry's on a file:// source, with or
 	// without a store in the run.
 	rep.Targets = append(rep.Targets, hugeTargets(rep.Rows, memoryLimitOf(rep.Options.FerryArgs))...)
+	rep.Targets = append(rep.Targets, epochsTargets(rep.Rows)...)
 }
 
 // render writes an earlier run's results again (after the report's format
@@ -596,6 +597,9 @@ func execute(ctx context.Context, o Options, argv []string, stdout, stderr io.Wr
 	}
 	if err == nil && b.ferry != nil && contains(o.Workloads, hugeName) {
 		err = b.runHuge(ctx)
+	}
+	if err == nil && b.ferry != nil && contains(o.Workloads, epochsName) {
+		err = b.runEpochs(ctx)
 	}
 	if err == nil {
 		err = ctx.Err()
