@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -233,4 +236,58 @@ func TestShadowMemoryIsBounded(t *testing.T) {
 	// Two lists of 8192 nodes (32 bytes) and their maps.
 	assert.Less(t, held, int64(2<<20))
 	runtime.KeepAlive(sh)
+}
+
+// The metrics show the mode, its changes, where new entries went and
+// what each shadow hit: after a new set that fits, read twice after an
+// old one read once, the store is in LRU mode, having switched once; the
+// LRU shadow hit the new set's second pass, the other almost nothing.
+func TestInsertionMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := openT(t, Config{Dir: t.TempDir(), MaxSize: insCached * insSize, Registerer: reg}, hooks{})
+	readPass(t, s, insObjs("old", insCached))
+	cur := insObjs("new", insCached/2)
+	readPass(t, s, cur)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ferry_cache_insertion_mode Where new cache entries enter once the cache is full: 1 scan-resistant (at the least recent end, one in 32 at the most recent: a dataset larger than the cache keeps a stable part), 0 LRU (at the most recent end). Chosen by which of the two would have hit more of late, simulated on a sample of the objects.
+# TYPE ferry_cache_insertion_mode gauge
+ferry_cache_insertion_mode 1
+# HELP ferry_cache_bip_inserts_total New cache entries placed at the least recent end (scan-resistant mode, cache full): the next to be evicted unless read again.
+# TYPE ferry_cache_bip_inserts_total counter
+ferry_cache_bip_inserts_total 31
+`), "ferry_cache_insertion_mode", "ferry_cache_bip_inserts_total"))
+	readPass(t, s, cur)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ferry_cache_insertion_mode Where new cache entries enter once the cache is full: 1 scan-resistant (at the least recent end, one in 32 at the most recent: a dataset larger than the cache keeps a stable part), 0 LRU (at the most recent end). Chosen by which of the two would have hit more of late, simulated on a sample of the objects.
+# TYPE ferry_cache_insertion_mode gauge
+ferry_cache_insertion_mode 0
+# HELP ferry_cache_insertion_switches_total Changes of ferry_cache_insertion_mode.
+# TYPE ferry_cache_insertion_switches_total counter
+ferry_cache_insertion_switches_total 1
+`), "ferry_cache_insertion_mode", "ferry_cache_insertion_switches_total"))
+	lru, bip := shadowRatio(t, reg, "lru"), shadowRatio(t, reg, "scan_resistant")
+	t.Logf("shadow hit ratios: lru %.3f, scan-resistant %.3f", lru, bip)
+	assert.Greater(t, lru, 0.3)
+	assert.Less(t, bip, 0.1)
+}
+
+// shadowRatio is ferry_cache_shadow_hit_ratio for policy.
+func shadowRatio(t *testing.T, reg *prometheus.Registry, policy string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "ferry_cache_shadow_hit_ratio" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "policy" && lp.GetValue() == policy {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no shadow hit ratio for %s", policy)
+	return 0
 }
