@@ -32,11 +32,14 @@ import (
 // on a sample of the objects (shadow lists of key hashes and sizes, no
 // data) with the cache's size scaled by the sample's rate (SHARDS,
 // Waldspurger et al. 2015), fed the same uses the store sees, and counts
-// each one's hit bytes, halved every scaled cache size of sampled
-// traffic. Scan-resistant is the start: it loses nothing until the cache
-// is full, and a reuse pattern LRU serves better (a new set that fits,
-// after the cache was filled by data read once) shows in the shadows
-// within one pass, after which the rest of that pass enters as LRU would.
+// the bytes each hit and the other did not, halved every half scaled
+// cache size of sampled traffic. Scan-resistant is the start: it loses
+// nothing until the cache is full, and a reuse pattern LRU serves better
+// (a new set that fits, after the cache was filled by data read once)
+// shows in the shadows within a sixteenth of the cache's size of the
+// set's second pass, after which the rest of that pass enters as LRU
+// would. The shadows see the objects whole: a sampled object is present
+// or not, at its full size.
 //
 // Every operation here is O(1): a map lookup and list splices per sampled
 // use, at most shadowEvictions evictions per shadow insertion, no walk.
@@ -60,12 +63,12 @@ const (
 	maxShift = 40
 	// decayShare: the shadows' hit counts halve every scaled cache
 	// size / decayShare of sampled traffic, so that they tell what the
-	// last pass did, not the last hour (a set read for an hour would
-	// otherwise delay a switch by as long).
+	// last pass did, not the last hour.
 	decayShare = 2
 	// switchGap: a mode is left only when the other shadow hit more by
-	// at least the scaled cache size / switchGap (one object in the
-	// tests' 64-object cache), and scan-resistant mode only when LRU hit
+	// at least the scaled cache size / switchGap (four objects in the
+	// tests' 64-object cache: fewer let a shuffled epoch's chance runs
+	// of LRU hits flip it), and scan-resistant mode only when LRU hit
 	// more than leaveBIP times as much.
 	switchGap = 16
 	leaveBIP  = 3
@@ -81,8 +84,9 @@ type inserter struct {
 	shadow               shadows
 }
 
-// insertLocked links the new entry e (of obj) into the LRU list where
-// the mode says, and starts its fill.
+// insertLocked links the new entry e into the LRU list where the mode
+// says, and starts its fill. The cache is full when e's object would not
+// fit without an eviction.
 // LOCKS_REQUIRED(s.mu)
 func (s *Store) insertLocked(e *entry) {
 	size := s.roundUp(int64(e.obj.Size))
