@@ -15,14 +15,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDatasetLargerThanTheCache: 24 files of 1 MiB read whole, four
+// TestDatasetLargerThanTheCache: 96 files of 256 KiB read whole, four
 // epochs on one mount with the cache at 1/3 and 2/3 of the data, in order
 // and shuffled: from epoch 2 on, the store serves at most what does not
 // fit plus 10% of the cache (hit ratio at least 0.9 x cache/dataset),
-// every epoch, and the cache is in scan-resistant mode.
+// every epoch, and the cache is in scan-resistant mode. (The cache holds
+// 32 and 64 files: with fewer, the slot the newcomers share and the one
+// in 32 of them let in take more than a tenth of it.)
 func TestDatasetLargerThanTheCache(t *testing.T) {
 	s := newStore(t, "gcs")
-	const n, size = 24, 1 << 20
+	const n, size = 96, 256 << 10
 	objs := dataset(t, s, "epochs", n, size)
 	names := slices.Sorted(maps.Keys(objs))
 	for _, shuffle := range []bool{false, true} {

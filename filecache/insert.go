@@ -65,13 +65,15 @@ const (
 	// size / decayShare of sampled traffic, so that they tell what the
 	// last pass did, not the last hour.
 	decayShare = 2
-	// switchGap: a mode is left only when the other shadow hit more by
-	// at least the scaled cache size / switchGap (four objects in the
-	// tests' 64-object cache: fewer let a shuffled epoch's chance runs
-	// of LRU hits flip it), and scan-resistant mode only when LRU hit
-	// more than leaveBIP times as much.
-	switchGap = 16
-	leaveBIP  = 3
+	// switchGap, switchObjects: a mode is left only when the other
+	// shadow hit more by at least the scaled cache size / switchGap and
+	// switchObjects times the object in use (four objects in the tests'
+	// 64-object cache: fewer let a shuffled epoch's chance runs of LRU
+	// hits flip it), and scan-resistant mode only when LRU hit more than
+	// leaveBIP times as much.
+	switchGap     = 16
+	switchObjects = 4
+	leaveBIP      = 3
 )
 
 // inserter is the store's insertion policy. Store.mu guards it.
@@ -113,8 +115,9 @@ func (s *Store) insertLocked(e *entry) {
 func (s *Store) useLocked(e *entry, n int64, write bool) {
 	s.ins.clock += n
 	if h, ok := entryHash(e); ok {
-		if s.ins.shadow.use(h, s.roundUp(int64(e.obj.Size)), n, write, s.limit) {
-			s.ins.decide(s.limit >> s.ins.shadow.shift)
+		size := s.roundUp(int64(e.obj.Size))
+		if s.ins.shadow.use(h, size, n, write, s.limit) {
+			s.ins.decide(s.limit>>s.ins.shadow.shift, size)
 		}
 	}
 	s.touchLocked(e)
@@ -134,9 +137,9 @@ func (s *Store) promotesLocked(e *entry) bool {
 // takes leaveBIP times its hits: on a shuffled scan LRU hits too, in
 // runs, and at the start of an epoch about as much as the other; a new
 // set that fits, after data read once, is hit by LRU alone.
-func (in *inserter) decide(scaled int64) {
+func (in *inserter) decide(scaled, size int64) {
 	l, b := in.shadow.only[0], in.shadow.only[1]
-	gap := max(scaled/switchGap, 1)
+	gap := max(scaled/switchGap, switchObjects*size, 1)
 	switch {
 	case !in.lru && l > leaveBIP*b+gap, in.lru && b > l+l/4+gap:
 		in.lru = !in.lru
