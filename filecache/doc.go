@@ -10,7 +10,14 @@
 // present and a CRC32C per block is checked on every read. A bbolt index
 // (Dir/v1/index.db) keeps bitmaps, CRCs, sizes and access times across
 // restarts; entries are evicted whole, least recently used first, to
-// stay under MaxSize and above MinFree.
+// stay under MaxSize and above MinFree. Where a new entry enters the LRU
+// list once the cache is full is the insertion policy's (insert.go): at
+// the least recent end while that would hit more than LRU, so that a
+// dataset larger than the cache, read epoch after epoch, keeps a stable
+// part of itself instead of evicting each file just before it is read
+// again; at the most recent end, as LRU, when LRU would hit more (a new
+// working set after data read once). Both are simulated on a sample of
+// the objects to choose.
 //
 // # Memory and restarts
 //

@@ -138,10 +138,13 @@ func (s *Store) finishEvictions(es []*entry) {
 	}
 }
 
-// touchLocked marks e most recently used.
+// touchLocked marks e used: most recently used, unless the insertion
+// policy says the use is part of e's own fill (insert.go).
 // LOCKS_REQUIRED(s.mu)
 func (s *Store) touchLocked(e *entry) {
-	s.lru.MoveToFront(e.elem)
+	if s.promotesLocked(e) {
+		s.lru.MoveToFront(e.elem)
+	}
 	e.atime = time.Now().UnixNano()
 	if !e.atimeDirty {
 		e.atimeDirty = true

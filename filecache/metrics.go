@@ -18,6 +18,17 @@ func (s *Store) registerMetrics() error {
 	gauge := func(name, help string, f func() int64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
+	shadowRatio := func(policy string, i int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "ferry_cache_shadow_hit_ratio",
+			Help:        "Hit ratio of late (bytes, decayed) each insertion mode would have had, simulated on a sample of the objects: what ferry_cache_insertion_mode follows.",
+			ConstLabels: prometheus.Labels{"policy": policy},
+		}, func() float64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.ins.shadow.hitRatio(i)
+		})
+	}
 	cs := []prometheus.Collector{
 		counter("ferry_cache_hits_bytes_total", "Bytes served from the local cache.", s.hitBytes.Load),
 		counter("ferry_cache_misses_bytes_total", "Bytes asked of the local cache and not found there.", s.missBytes.Load),
@@ -34,6 +45,11 @@ func (s *Store) registerMetrics() error {
 		gauge("ferry_cache_entries", "Object versions in the local cache.", func() int64 { return s.Stats().Entries }),
 		gauge("ferry_cache_cold_entries", "Of ferry_cache_entries, those held in memory as key and size only (not used since the mount, or idle beyond the most recent 65,536): read from the index when next used.", func() int64 { return s.Stats().ColdEntries }),
 		counter("ferry_cache_warmed_total", "Cold cache entries read from the index as they were first used.", s.warmed.Load),
+		gauge("ferry_cache_insertion_mode", "Where new cache entries enter once the cache is full: 1 scan-resistant (at the least recent end, one in 32 at the most recent: a dataset larger than the cache keeps a stable part), 0 LRU (at the most recent end). Chosen by which of the two would have hit more of late, simulated on a sample of the objects.", s.insertionMode),
+		counter("ferry_cache_insertion_switches_total", "Changes of ferry_cache_insertion_mode.", s.insertionStat(func(in *inserter) int64 { return in.switches })),
+		counter("ferry_cache_bip_inserts_total", "New cache entries placed at the least recent end (scan-resistant mode, cache full): the next to be evicted unless read again.", s.insertionStat(func(in *inserter) int64 { return in.bipInserts })),
+		shadowRatio("lru", 0),
+		shadowRatio("scan_resistant", 1),
 		gauge("ferry_cache_used_bytes", "Disk space used by cached data.", func() int64 { return s.Stats().UsedBytes }),
 		gauge("ferry_cache_limit_bytes", "Cache size limit.", func() int64 { return s.limit }),
 		gauge("ferry_cache_min_free_bytes", "Free space the cache leaves on its volume (--cache-min-free): it evicts to keep it.", func() int64 { return s.minFree }),
@@ -55,4 +71,23 @@ func (s *Store) registerMetrics() error {
 	}
 	s.metrics = cs
 	return nil
+}
+
+// insertionMode is 1 in scan-resistant mode, 0 in LRU mode (insert.go).
+func (s *Store) insertionMode() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ins.lru {
+		return 0
+	}
+	return 1
+}
+
+// insertionStat reads a counter of the insertion policy.
+func (s *Store) insertionStat(f func(*inserter) int64) func() int64 {
+	return func() int64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return f(&s.ins)
+	}
 }

@@ -138,7 +138,7 @@ func (s *Store) pinForRead(obj Key, r *blockRead) (e *entry, wantCheck bool, rc 
 		return nil, false, nil
 	}
 	e.pins++
-	s.touchLocked(e)
+	s.useLocked(e, min(int64(npresent)*s.blockSize, int64(e.obj.Size)), false)
 	// A read check running (or asked for) counts this read; taken before
 	// the read, as its stamp was.
 	return e, e.wantReadCheck, e.readCheck

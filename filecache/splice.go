@@ -102,7 +102,7 @@ func (s *Store) Spliceable(obj Key, off, n int64) (f *os.File, release func(), o
 	}
 	stamp := e.checkedStamp
 	e.pins++
-	s.touchLocked(e)
+	s.useLocked(e, n, false)
 	s.mu.Unlock()
 
 	var once sync.Once

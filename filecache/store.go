@@ -140,10 +140,13 @@ type entry struct {
 	nblocks int64
 
 	// Mutable state
-	present  bitmap        // GUARDED_BY(Store.mu)
-	crcs     []uint32      // GUARDED_BY(Store.mu); 0 where absent
-	bytes    int64         // GUARDED_BY(Store.mu); allocated on disk
-	atime    int64         // GUARDED_BY(Store.mu); unix nanos
+	present bitmap   // GUARDED_BY(Store.mu)
+	crcs    []uint32 // GUARDED_BY(Store.mu); 0 where absent
+	bytes   int64    // GUARDED_BY(Store.mu); allocated on disk
+	atime   int64    // GUARDED_BY(Store.mu); unix nanos
+	// fillEnd: until the store's traffic clock reaches it, a use of the
+	// entry is its own fill, not a reuse (insert.go).
+	fillEnd  int64         // GUARDED_BY(Store.mu)
 	elem     *list.Element // GUARDED_BY(Store.mu); in Store.lru while live
 	openElem *list.Element // GUARDED_BY(Store.mu); in Store.open while file != nil
 	file     *os.File      // GUARDED_BY(Store.mu)
@@ -250,6 +253,7 @@ type Store struct {
 	heldEvicted int64           // GUARDED_BY(mu)
 	loggedKinds map[string]bool // GUARDED_BY(mu)
 	closed      bool            // GUARDED_BY(mu)
+	ins         inserter        // GUARDED_BY(mu); where new entries enter the LRU list (insert.go)
 
 	// noDirect: the volume refused O_DIRECT (tmpfs before Linux 6.6,
 	// some FUSE and network file systems); write through the page cache.

@@ -62,7 +62,7 @@ func (s *Store) Whole(obj Key) (*WholeFile, bool) {
 	}
 	e.pins++
 	e.holds++
-	s.touchLocked(e)
+	s.useLocked(e, int64(obj.Size), false)
 	s.mu.Unlock()
 	w := &WholeFile{s: s, e: e, obj: obj}
 	f, err := s.fileFor(e, false)

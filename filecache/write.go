@@ -97,7 +97,11 @@ func (s *Store) reserveWrite(obj Key, w *blockWrite) *entry {
 		return nil
 	}
 	w.isNew = isNew
-	s.touchLocked(e)
+	var n int64
+	for _, bl := range w.lens {
+		n += bl
+	}
+	s.useLocked(e, n, true)
 	if e.present.allSet(w.first, w.first+int64(len(w.lens))) {
 		s.mu.Unlock()
 		w.stored = len(w.lens)
@@ -165,7 +169,7 @@ func (s *Store) entryForWriteLocked(obj Key, ck coldKey, e *entry) (_ *entry, is
 	}
 	e.present = newBitmap(e.nblocks)
 	e.crcs = make([]uint32, e.nblocks)
-	e.elem = s.lru.PushFront(e)
+	s.insertLocked(e)
 	s.entries[key] = e
 	s.byObj[obj] = e
 	s.markDirtyLocked(e, true)

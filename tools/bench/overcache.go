@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +15,8 @@ import (
 
 // The over-cache workload: a dataset larger than ferry's disk cache, read
 // whole, file after file, epoch after epoch on one mount, once with the
-// cache at dataset/1.5 and once at dataset/3. Its figure is the hit ratio
+// cache at dataset/1.5 and once at dataset/3, in the same order every
+// epoch and then in a new order each epoch (shuffled, as training reads). Its figure is the hit ratio
 // of each epoch, from the store's own byte count (the proxy's): 1 -
 // bytes fetched / bytes read. What a cache that keeps a stable subset
 // reaches from epoch 2 on is cache/dataset; LRU churns below it.
@@ -22,6 +24,9 @@ const overCacheName = "over-cache"
 
 // overCacheRatios are the dataset/cache ratios it runs.
 var overCacheRatios = []float64{1.5, 3}
+
+// overCacheShuffles: in order, then shuffled.
+var overCacheShuffles = []bool{false, true}
 
 // overCacheGroup is the dataset group of the over-cache workload.
 func overCacheGroup(o Options) dataset.Group {
@@ -37,31 +42,38 @@ func (b *bench) runOverCache(ctx context.Context) error {
 		files = append(files, f.Name)
 		total += f.Size
 	}
-	for _, ratio := range overCacheRatios {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	for _, shuffle := range overCacheShuffles {
+		for _, ratio := range overCacheRatios {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			size := int64(float64(total) / ratio)
+			hits, err := b.overCacheEpochs(ctx, ratio, shuffle, size, files, total)
+			if err != nil {
+				return err
+			}
+			var pct []string
+			for _, h := range hits {
+				pct = append(pct, fmt.Sprintf("%.0f%%", 100*h))
+			}
+			order := "in order"
+			if shuffle {
+				order = "shuffled each epoch"
+			}
+			note := fmt.Sprintf("%s %gx: %d MiB read whole %s over a %d MiB cache; hit ratio per epoch %s (cache/dataset %.0f%%)",
+				overCacheName, ratio, total>>20, order, size>>20, strings.Join(pct, ", "), 100/ratio)
+			b.logf("%s", note)
+			b.report.Notes = append(b.report.Notes, note)
 		}
-		size := int64(float64(total) / ratio)
-		hits, err := b.overCacheEpochs(ctx, ratio, size, files, total)
-		if err != nil {
-			return err
-		}
-		var pct []string
-		for _, h := range hits {
-			pct = append(pct, fmt.Sprintf("%.0f%%", 100*h))
-		}
-		note := fmt.Sprintf("%s %gx: %d MiB read whole in order over a %d MiB cache; hit ratio per epoch %s (cache/dataset %.0f%%)",
-			overCacheName, ratio, total>>20, size>>20, strings.Join(pct, ", "), 100/ratio)
-		b.logf("%s", note)
-		b.report.Notes = append(b.report.Notes, note)
 	}
 	return nil
 }
 
 // overCacheEpochs mounts ferry with a cache of size bytes and reads files
-// (total bytes) once per epoch, returning each epoch's hit ratio.
-func (b *bench) overCacheEpochs(ctx context.Context, ratio float64, size int64, files []string, total int64) ([]float64, error) {
-	cacheDir := filepath.Join(b.opts.WorkDir, fmt.Sprintf("cache-over-%g", ratio))
+// (total bytes) once per epoch, in a new order each epoch if shuffle,
+// returning each epoch's hit ratio.
+func (b *bench) overCacheEpochs(ctx context.Context, ratio float64, shuffle bool, size int64, files []string, total int64) ([]float64, error) {
+	cacheDir := filepath.Join(b.opts.WorkDir, fmt.Sprintf("cache-over-%g-%v", ratio, shuffle))
 	if err := os.RemoveAll(cacheDir); err != nil {
 		return nil, err
 	}
@@ -78,16 +90,26 @@ func (b *bench) overCacheEpochs(ctx context.Context, ratio float64, size int64, 
 		return nil, err
 	}
 	defer b.unmount(m)
+	name := fmt.Sprintf("%s-%gx", overCacheName, ratio)
+	if shuffle {
+		name += "-shuffled"
+	}
+	rng := rand.New(rand.NewPCG(1, 2)) // the same orders every run
+	order := files
 	w := Workload{
-		Name: fmt.Sprintf("%s-%gx", overCacheName, ratio), Expect: total,
+		Name: name, Expect: total,
 		Run: func(ctx context.Context, root string, p workload.Progress) (Row, error) {
-			// One stream: each epoch reads the files in the same order.
-			r, err := workload.Sequential(ctx, root, files, 1, seqBuf, p)
+			// One stream, file after file.
+			r, err := workload.Sequential(ctx, root, order, 1, seqBuf, p)
 			return fromResult(r), err
 		},
 	}
 	var hits []float64
 	for epoch := 1; epoch <= b.opts.OverCacheEpochs; epoch++ {
+		if shuffle {
+			order = slices.Clone(files)
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
 		if ctx.Err() != nil {
 			return hits, ctx.Err()
 		}
