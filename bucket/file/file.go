@@ -11,7 +11,8 @@
 // under their own names; a link that leads out of the root, points to
 // nothing or goes round a loop is hidden, counted and logged once.
 // Listings show only regular files and directories, reached directly or
-// through links.
+// through links. A ranged read makes the kernel read from the disk only
+// the range asked for, not its readahead past the end (ranged.go).
 package file
 
 import (
