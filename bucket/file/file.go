@@ -11,7 +11,8 @@
 // under their own names; a link that leads out of the root, points to
 // nothing or goes round a loop is hidden, counted and logged once.
 // Listings show only regular files and directories, reached directly or
-// through links.
+// through links. A ranged read makes the kernel read from the disk only
+// the range asked for, not its readahead past the end (ranged.go).
 package file
 
 import (
@@ -73,6 +74,7 @@ type Bucket struct {
 	plain   *plainRoot // objects read with no link on the way (plainopen.go)
 
 	// Mutable state
+	aheads       readAheads    // each device's read_ahead_kb (ranged.go)
 	hiddenLinks  atomic.Uint64 // see HiddenLinks
 	hiddenLogged atomic.Bool
 	dirReads     atomic.Uint64 // directories read for listings (tests)
@@ -333,7 +335,13 @@ func (b *Bucket) NewRangeReader(ctx context.Context, req *bucket.ReadRequest) (i
 		return nil, fmt.Errorf("file: read %q: version %s is now %s: %w", req.Name, req.Version, v, bucket.ErrPrecondition)
 	}
 	r := req.Range.Clip(uint64(fi.Size()))
-	return &reader{ctx: ctx, f: f, name: req.Name, version: v, off: int64(r.Start), end: int64(r.Limit)}, nil
+	var ahead int64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ahead = b.aheads.of(st.Dev)
+	}
+	adviseRandom(f)
+	return &reader{ctx: ctx, f: f, name: req.Name, version: v, off: int64(r.Start), end: int64(r.Limit),
+		advised: int64(r.Start), ahead: ahead}, nil
 }
 
 // openObject opens name for reading: in one call if no symbolic link is
@@ -360,7 +368,8 @@ func (b *Bucket) openObject(ctx context.Context, name string) (*os.File, error) 
 	return f, nil
 }
 
-// reader reads [off, end) of one open file. Used by one goroutine at a
+// reader reads [off, end) of one open file, and makes the kernel read
+// from the disk only that range (ranged.go). Used by one goroutine at a
 // time, as io.Reader requires.
 type reader struct {
 	ctx     context.Context
@@ -369,6 +378,8 @@ type reader struct {
 	version string // at open
 	off     int64
 	end     int64
+	advised int64 // the kernel was asked for [start, advised) (ranged.go)
+	ahead   int64 // how far past off to ask it for; 0: never
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -380,6 +391,11 @@ func (r *reader) Read(p []byte) (int, error) {
 	}
 	if int64(len(p)) > r.end-r.off {
 		p = p[:r.end-r.off]
+	}
+	if r.off+int64(len(p)) < r.end && r.ahead > 0 {
+		// More of the range is to come: have it in flight while this
+		// read waits for its own pages (a last read reads just those).
+		r.advise(min(r.end, r.off+int64(len(p))+r.ahead))
 	}
 	n, err := r.f.ReadAt(p, r.off)
 	if err != nil && !errors.Is(err, io.EOF) {
