@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -195,6 +196,36 @@ func TestIndexPagesReleased(t *testing.T) {
 	require.EqualValues(t, n, s.Stats().ColdEntries)
 	rss := mappedRSS(t, filepath.Join(dir, "v1", "index.db"))
 	t.Logf("index mapped and resident after Open: %d KiB", rss>>10)
+	assert.Less(t, rss, int64(1<<20))
+}
+
+// TestIndexPagesReleasedBetweenCommits: pages of the index mapped by a
+// reader are released by the releaser's next tick, with no commit and no
+// warm to release them (a long commit maps pages for seconds).
+func TestIndexPagesReleasedBetweenCommits(t *testing.T) {
+	const n = 400_000 // about 45 MB of index, over releaseMin
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	require.NoError(t, s.Close())
+	writeColdRows(t, dir, n)
+	tick := make(chan time.Time)
+	released := make(chan struct{})
+	s = openT(t, Config{Dir: dir, MaxSize: 1 << 40}, hooks{releaseTick: tick, released: func() { released <- struct{}{} }})
+	index := filepath.Join(dir, "v1", "index.db")
+
+	rows := 0
+	require.NoError(t, s.liveDB.Load().View(func(tx *bolt.Tx) error {
+		return tx.Bucket(atimeBucket).ForEach(func(_, _ []byte) error { rows++; return nil })
+	}))
+	require.Equal(t, n, rows)
+	mapped := mappedRSS(t, index)
+	t.Logf("index mapped and resident after a walk of its rows: %d KiB", mapped>>10)
+	require.Greater(t, mapped, int64(16<<20), "the walk maps the rows' pages")
+
+	tick <- time.Now()
+	<-released
+	rss := mappedRSS(t, index)
+	t.Logf("after the releaser's tick: %d KiB", rss>>10)
 	assert.Less(t, rss, int64(1<<20))
 }
 

@@ -78,6 +78,7 @@ func open(cfg Config, h hooks) (*Store, error) {
 	s.liveDB.Store(s.db)
 	releaseIndexPages(s.db) // the scan of access times mapped them
 	go s.flusher()
+	go s.releaser()
 	go s.tidy(start)
 	opened = true
 	s.log.Info("cache opened", "dir", s.dir, "entries", s.cold.len(), "from_snapshot", s.fromSnapshot, "used_bytes", s.used,
@@ -151,6 +152,7 @@ func newStore(cfg Config, h hooks, root string) *Store {
 		kick:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
+		releasing:   make(chan struct{}),
 		tidied:      make(chan struct{}),
 		entries:     map[string]*entry{},
 		byObj:       map[Key]*entry{},

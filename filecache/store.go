@@ -122,6 +122,10 @@ type hooks struct {
 	indexPut func(key, val []byte)
 	// maxWarm bounds the entries held whole (cold.go).
 	maxWarm int
+	// releaseTick, if set, replaces releaser's ticker; released runs
+	// after each of its releases (index.go).
+	releaseTick <-chan time.Time
+	released    func()
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -231,6 +235,7 @@ type Store struct {
 	done      chan struct{}
 	stopped   chan struct{}
 	tidied    chan struct{} // closed when tidy is done
+	releasing chan struct{} // closed when releaser is done
 
 	mu sync.Mutex
 	// INVARIANT: used == sum of bytes over entries and cold entries.
@@ -322,6 +327,7 @@ func (s *Store) Close() error {
 	close(s.done)
 	<-s.stopped
 	<-s.tidied
+	<-s.releasing
 	err := s.flush()
 	if err == nil {
 		// For the next Open to read instead of the index (snapshot.go).
