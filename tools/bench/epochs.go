@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -134,32 +132,10 @@ func scrapeCounters(client *http.Client, url string) (epochCounters, error) {
 // tmpfs with room for the files and the machine keeps memBeside available
 // beside them, else under the work directory (why says why).
 func epochsSource(o Options, total int64, h hostProbe) (dir, why string) {
-	disk := func(why string) (string, string) { return filepath.Join(o.WorkDir, "epochs-src"), why }
-	t, avail, err := h.statfs(shmDir)
-	switch {
-	case err != nil:
-		return disk(fmt.Sprintf("%s: %v", shmDir, err))
-	case t != unix.TMPFS_MAGIC:
-		return disk(shmDir + " is not a tmpfs")
-	case avail < total:
-		return disk(fmt.Sprintf("%s has %d MiB free, the files need %d MiB", shmDir, avail>>20, total>>20))
+	if why := shmRefusal(total, memBeside+memoryLimitOf(o.FerryArgs), "the files", h); why != "" {
+		return filepath.Join(o.WorkDir, "epochs-src"), why
 	}
-	mem, err := h.memAvailable()
-	switch {
-	case err != nil:
-		return disk(err.Error())
-	case mem < total+memBeside+memoryLimitOf(o.FerryArgs):
-		return disk(fmt.Sprintf("%d MiB of memory available, the files need %d MiB and %d MiB more must stay free",
-			mem>>20, total>>20, (memBeside+memoryLimitOf(o.FerryArgs))>>20))
-	}
-	// A name of the work directory's own, as the store's (storeDirName):
-	// the next run with it removes what a killed one left.
-	abs, err := filepath.Abs(o.WorkDir)
-	if err != nil {
-		abs = o.WorkDir
-	}
-	sum := sha256.Sum256([]byte(abs))
-	return filepath.Join(shmDir, "ferry-benchmark-epochs-"+hex.EncodeToString(sum[:4])), ""
+	return filepath.Join(shmDir, "ferry-benchmark-epochs-"+workDirTag(o)), ""
 }
 
 // writeDirect writes spec's files under dir with O_DIRECT, as ferry fills

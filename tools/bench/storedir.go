@@ -48,14 +48,21 @@ const memBeside = 4 << 30
 func storeDirName(o Options, parent string) string {
 	name := "ferry-benchmark-store-" + o.Store
 	if parent == shmDir {
-		abs, err := filepath.Abs(o.WorkDir)
-		if err != nil {
-			abs = o.WorkDir
-		}
-		sum := sha256.Sum256([]byte(abs))
-		name += "-" + hex.EncodeToString(sum[:4])
+		name += "-" + workDirTag(o)
 	}
 	return name
+}
+
+// workDirTag names o's work directory in /dev/shm, which runs from every
+// work directory share: the next run from the same one removes what a
+// killed run left there.
+func workDirTag(o Options) string {
+	abs, err := filepath.Abs(o.WorkDir)
+	if err != nil {
+		abs = o.WorkDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return hex.EncodeToString(sum[:4])
 }
 
 // storePlace is the choice: the directory and, for the report, where it is.
@@ -137,22 +144,8 @@ func chooseStoreDir(o Options, dataBytes int64, files int, h hostProbe) storePla
 		return storePlace{Dir: filepath.Join(o.WorkDir, storeDirName(o, o.WorkDir)), Why: why}
 	}
 	need := storeRoom(dataBytes, files)
-	t, avail, err := h.statfs(shmDir)
-	switch {
-	case err != nil:
-		return disk(fmt.Sprintf("%s: %v", shmDir, err))
-	case t != unix.TMPFS_MAGIC:
-		return disk(shmDir + " is not a tmpfs")
-	case avail < need:
-		return disk(fmt.Sprintf("%s has %d MiB free, the objects need %d MiB", shmDir, avail>>20, need>>20))
-	}
-	beside := max(need, memBeside+max(memoryLimitOf(o.FerryArgs), 0))
-	mem, err := h.memAvailable()
-	switch {
-	case err != nil:
-		return disk(err.Error())
-	case mem < need+beside:
-		return disk(fmt.Sprintf("%d MiB of memory available, the objects need %d MiB and %d MiB more must stay free", mem>>20, need>>20, beside>>20))
+	if why := shmRefusal(need, max(need, memBeside+max(memoryLimitOf(o.FerryArgs), 0)), "the objects", h); why != "" {
+		return disk(why)
 	}
 	if o.Store == "s3" {
 		if err := h.userXattrs(shmDir); err != nil {
@@ -160,6 +153,29 @@ func chooseStoreDir(o Options, dataBytes int64, files int, h hostProbe) storePla
 		}
 	}
 	return storePlace{Dir: filepath.Join(shmDir, storeDirName(o, shmDir)), InMemory: true}
+}
+
+// shmRefusal says why what (need bytes) cannot go in /dev/shm: it is not
+// a tmpfs, has not the room, or the machine would not keep beside bytes
+// of memory available beside it; "" if it can.
+func shmRefusal(need, beside int64, what string, h hostProbe) string {
+	t, avail, err := h.statfs(shmDir)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s: %v", shmDir, err)
+	case t != unix.TMPFS_MAGIC:
+		return shmDir + " is not a tmpfs"
+	case avail < need:
+		return fmt.Sprintf("%s has %d MiB free, %s need %d MiB", shmDir, avail>>20, what, need>>20)
+	}
+	mem, err := h.memAvailable()
+	switch {
+	case err != nil:
+		return err.Error()
+	case mem < need+beside:
+		return fmt.Sprintf("%d MiB of memory available, %s need %d MiB and %d MiB more must stay free", mem>>20, what, need>>20, beside>>20)
+	}
+	return ""
 }
 
 // describe says where the objects are, for the report's store line.
