@@ -187,14 +187,9 @@ func TestColdEntryMemory(t *testing.T) {
 // TestIndexPagesReleased: after Open's scan (and after commits), a large
 // index's pages are not left in ferry's resident memory.
 func TestIndexPagesReleased(t *testing.T) {
-	const n = 400_000 // about 45 MB of index, over releaseMin
-	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir}, hooks{})
-	require.NoError(t, s.Close())
-	writeColdRows(t, dir, n)
-	s = openT(t, Config{Dir: dir, MaxSize: 1 << 40}, hooks{})
-	require.EqualValues(t, n, s.Stats().ColdEntries)
-	rss := mappedRSS(t, filepath.Join(dir, "v1", "index.db"))
+	s, index := openLargeIndex(t, hooks{})
+	require.EqualValues(t, largeIndexRows, s.Stats().ColdEntries)
+	rss := mappedRSS(t, index)
 	t.Logf("index mapped and resident after Open: %d KiB", rss>>10)
 	assert.Less(t, rss, int64(1<<20))
 }
@@ -203,21 +198,15 @@ func TestIndexPagesReleased(t *testing.T) {
 // reader are released by the releaser's next tick, with no commit and no
 // warm to release them (a long commit maps pages for seconds).
 func TestIndexPagesReleasedBetweenCommits(t *testing.T) {
-	const n = 400_000 // about 45 MB of index, over releaseMin
-	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir}, hooks{})
-	require.NoError(t, s.Close())
-	writeColdRows(t, dir, n)
 	tick := make(chan time.Time)
 	released := make(chan struct{})
-	s = openT(t, Config{Dir: dir, MaxSize: 1 << 40}, hooks{releaseTick: tick, released: func() { released <- struct{}{} }})
-	index := filepath.Join(dir, "v1", "index.db")
+	s, index := openLargeIndex(t, hooks{releaseTick: tick, released: func() { released <- struct{}{} }})
 
 	rows := 0
 	require.NoError(t, s.liveDB.Load().View(func(tx *bolt.Tx) error {
 		return tx.Bucket(atimeBucket).ForEach(func(_, _ []byte) error { rows++; return nil })
 	}))
-	require.Equal(t, n, rows)
+	require.Equal(t, largeIndexRows, rows)
 	mapped := mappedRSS(t, index)
 	t.Logf("index mapped and resident after a walk of its rows: %d KiB", mapped>>10)
 	require.Greater(t, mapped, int64(16<<20), "the walk maps the rows' pages")
@@ -227,6 +216,20 @@ func TestIndexPagesReleasedBetweenCommits(t *testing.T) {
 	rss := mappedRSS(t, index)
 	t.Logf("after the releaser's tick: %d KiB", rss>>10)
 	assert.Less(t, rss, int64(1<<20))
+}
+
+// largeIndexRows is about 45 MB of index, over releaseMin.
+const largeIndexRows = 400_000
+
+// openLargeIndex opens a store over an index of largeIndexRows cold
+// rows, with h, and returns it and the index file's path.
+func openLargeIndex(t *testing.T, h hooks) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	require.NoError(t, s.Close())
+	writeColdRows(t, dir, largeIndexRows)
+	return openT(t, Config{Dir: dir, MaxSize: 1 << 40}, h), filepath.Join(dir, "v1", "index.db")
 }
 
 // mappedRSS is the resident size of this process's maps of path
