@@ -201,10 +201,16 @@ func TestObjectLargerThanTheCacheStreams(t *testing.T) {
 		return float64(hit) / float64(total)
 	}
 	assert.Zero(t, read())
-	for pass := 2; pass <= 3; pass++ {
-		assert.InDelta(t, 1.0/3, read(), 0.001, "pass %d", pass)
-	}
-	assert.Equal(t, int64(cached*insSize), s.Stats().UsedBytes)
+	// A third of it, less a block or two where the file system took one
+	// for the file's extent tree (writeback in between the writes, as
+	// under a loaded CI, splits the file's extents): the store counts
+	// what the file occupies.
+	const block = 1.0 / (3 * cached * insBlocks)
+	second := read()
+	assert.InDelta(t, 1.0/3-block, second, block+0.001, "pass 2")
+	assert.Equal(t, second, read(), "pass 3 hits what pass 2 did")
+	// The cache is full, give or take those blocks.
+	assert.InDelta(t, cached*insSize, s.Stats().UsedBytes, 2*testBS)
 	s.checkInvariants(t)
 }
 
