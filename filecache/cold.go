@@ -1,6 +1,7 @@
 package filecache
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 
@@ -51,18 +52,35 @@ type coldSlot struct {
 	bytes int64
 }
 
-// coldSet is the queue of cold entries with an index by key. It is not
-// safe for concurrent use: Store.mu guards it.
+// coldSet is the queue of cold entries with an index by key. The index
+// is by the key's first 8 bytes: 16 bytes a key in a map instead of 36
+// (about 50 MB less at 1.28M objects), each hit checked against the
+// slot's whole key; the rare key whose first 8 bytes another queued key
+// has (one pair in about 10^7 among 1.28M keys) goes in a map of its
+// own. It is not safe for concurrent use: Store.mu guards it.
 type coldSet struct {
 	slots []coldSlot        // head first: least recent first
 	head  int               // slots before head are gone
-	pos   map[coldKey]int32 // key -> index in slots
+	pos   map[uint64]int32  // key's first 8 bytes -> index in slots
+	more  map[coldKey]int32 // keys whose first 8 bytes another has in pos
 }
 
-func (c *coldSet) len() int { return len(c.pos) }
+// short is the index's key for k.
+func (k coldKey) short() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
+
+func (c *coldSet) len() int { return len(c.pos) + len(c.more) }
+
+// find returns k's index in slots.
+func (c *coldSet) find(k coldKey) (int32, bool) {
+	if i, ok := c.pos[k.short()]; ok && c.slots[i].key == k {
+		return i, true
+	}
+	i, ok := c.more[k]
+	return i, ok
+}
 
 func (c *coldSet) has(k coldKey) bool {
-	_, ok := c.pos[k]
+	_, ok := c.find(k)
 	return ok
 }
 
@@ -70,20 +88,46 @@ func (c *coldSet) has(k coldKey) bool {
 // not be queued already.
 func (c *coldSet) add(k coldKey, bytes int64) {
 	if c.pos == nil {
-		c.pos = map[coldKey]int32{}
+		c.pos = map[uint64]int32{}
 	}
-	c.pos[k] = int32(len(c.slots))
+	c.setPos(k, int32(len(c.slots)))
 	c.slots = append(c.slots, coldSlot{key: k, bytes: bytes})
+}
+
+// setPos records that k is at index i of slots: in pos unless another
+// key holds its short key there.
+func (c *coldSet) setPos(k coldKey, i int32) {
+	sk := k.short()
+	if j, ok := c.pos[sk]; ok && c.slots[j].key != k {
+		if c.more == nil {
+			c.more = map[coldKey]int32{}
+		}
+		c.more[k] = i
+		return
+	}
+	c.pos[sk] = i
 }
 
 // take removes k from the queue and returns its bytes, or false if k is
 // not queued.
 func (c *coldSet) take(k coldKey) (int64, bool) {
-	i, ok := c.pos[k]
+	i, ok := c.find(k)
 	if !ok {
 		return 0, false
 	}
-	delete(c.pos, k)
+	if _, inMore := c.more[k]; inMore {
+		delete(c.more, k)
+	} else {
+		sk := k.short()
+		delete(c.pos, sk)
+		for k2, j := range c.more { // a key it kept out of pos takes its place
+			if k2.short() == sk {
+				c.pos[sk] = j
+				delete(c.more, k2)
+				break
+			}
+		}
+	}
 	b := c.slots[i].bytes
 	c.slots[i].bytes = -1
 	c.compact()
@@ -105,12 +149,17 @@ func (c *coldSet) oldest() (coldKey, bool) {
 // (and enough to be worth a copy), so that the queue's memory follows the
 // entries in it.
 func (c *coldSet) compact() {
-	if gone := len(c.slots) - len(c.pos); gone < 1024 || gone < len(c.pos) {
+	n := c.len()
+	if gone := len(c.slots) - n; gone < 1024 || gone < n {
 		return
 	}
-	live := make([]coldSlot, 0, len(c.pos))
+	live := make([]coldSlot, 0, n)
 	c.each(func(k coldKey, bytes int64) {
-		c.pos[k] = int32(len(live))
+		if _, inMore := c.more[k]; inMore {
+			c.more[k] = int32(len(live))
+		} else {
+			c.pos[k.short()] = int32(len(live))
+		}
 		live = append(live, coldSlot{key: k, bytes: bytes})
 	})
 	c.slots, c.head = live, 0

@@ -181,7 +181,59 @@ func TestColdEntryMemory(t *testing.T) {
 	assert.EqualValues(t, n*4096, s.Stats().UsedBytes)
 	perEntry := (heap() - before) / n
 	t.Logf("heap per cold entry: %.0f B", perEntry)
-	assert.Less(t, perEntry, 128.0, "bytes of heap per cold entry")
+	assert.Less(t, perEntry, 80.0, "bytes of heap per cold entry")
+}
+
+// TestColdSetSharedShortKeys: keys that share their first 8 bytes (the
+// queue's index is by them) are each found, taken and compacted right.
+func TestColdSetSharedShortKeys(t *testing.T) {
+	key := func(short, rest byte) coldKey {
+		var k coldKey
+		k[0], k[31] = short, rest
+		return k
+	}
+	var c coldSet
+	a, b, d := key(1, 1), key(1, 2), key(1, 3)
+	other := key(2, 1)
+	for i, k := range []coldKey{a, b, other, d} {
+		c.add(k, int64(i+1))
+	}
+	require.Equal(t, 4, c.len())
+	assert.Len(t, c.more, 2, "b and d share a's short key")
+	for _, k := range []coldKey{a, b, d, other} {
+		assert.True(t, c.has(k))
+	}
+	assert.False(t, c.has(key(1, 4)), "a short key's match is checked whole")
+
+	bytes, ok := c.take(a)
+	require.True(t, ok)
+	assert.EqualValues(t, 1, bytes)
+	assert.False(t, c.has(a))
+	assert.True(t, c.has(b) && c.has(d), "the others stay found when a leaves pos")
+	assert.Len(t, c.more, 1, "one of them took a's place")
+	_, ok = c.take(a)
+	assert.False(t, ok)
+
+	// Enough gone slots to compact: every key left is still found, in
+	// the queue's order.
+	for i := range 3000 {
+		k := key(3, byte(i))
+		k[30] = byte(i >> 8)
+		c.add(k, 1)
+		_, ok := c.take(k)
+		require.True(t, ok)
+	}
+	var order []coldKey
+	c.each(func(k coldKey, _ int64) { order = append(order, k) })
+	assert.Equal(t, []coldKey{b, other, d}, order)
+	assert.Less(t, len(c.slots), 3000, "compacted")
+	for _, k := range order {
+		i, ok := c.find(k)
+		require.True(t, ok)
+		assert.Equal(t, k, c.slots[i].key)
+	}
+	oldest, _ := c.oldest()
+	assert.Equal(t, b, oldest)
 }
 
 // TestIndexPagesReleased: after Open's scan (and after commits), a large

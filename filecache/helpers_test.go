@@ -266,13 +266,34 @@ func (b bitmap) countRange(first, limit int64) int64 {
 // entries, and returns the bytes of its entries. LOCKS_REQUIRED(s.mu)
 func (s *Store) checkColdLocked(t *testing.T) (sum int64) {
 	t.Helper()
-	for k, i := range s.cold.pos {
+	n := 0
+	for sk, i := range s.cold.pos {
 		sl := s.cold.slots[i]
-		assert.Equal(t, k, sl.key, "cold index")
-		assert.GreaterOrEqual(t, sl.bytes, int64(0), "cold slot of a key gone")
-		assert.GreaterOrEqual(t, int(i), s.cold.head)
-		assert.NotContains(t, s.entries, k.String(), "warm and cold")
-		sum += sl.bytes
+		assert.Equal(t, sk, sl.key.short(), "cold index")
+		n++
+		sum += s.checkColdSlotLocked(t, sl.key, i)
 	}
+	for k, i := range s.cold.more {
+		assert.Equal(t, k, s.cold.slots[i].key, "cold index of keys sharing a short key")
+		assert.Contains(t, s.cold.pos, k.short(), "a key in more only while another holds its short key")
+		n++
+		sum += s.checkColdSlotLocked(t, k, i)
+	}
+	live := 0
+	s.cold.each(func(coldKey, int64) { live++ })
+	assert.Equal(t, live, n, "every queued slot indexed")
 	return sum
+}
+
+// checkColdSlotLocked checks the cold slot i of key k, and returns its
+// bytes. LOCKS_REQUIRED(s.mu)
+func (s *Store) checkColdSlotLocked(t *testing.T, k coldKey, i int32) int64 {
+	t.Helper()
+	sl := s.cold.slots[i]
+	assert.GreaterOrEqual(t, sl.bytes, int64(0), "cold slot of a key gone")
+	assert.GreaterOrEqual(t, int(i), s.cold.head)
+	assert.NotContains(t, s.entries, k.String(), "warm and cold")
+	i2, ok := s.cold.find(k)
+	assert.True(t, ok && i2 == i, "found where it is")
+	return sl.bytes
 }

@@ -267,7 +267,7 @@ func (s *Store) load(rows []coldRow, bad []string) error {
 	}
 	slices.SortFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
 	s.cold.slots = make([]coldSlot, 0, len(rows))
-	s.cold.pos = make(map[coldKey]int32, len(rows))
+	s.cold.pos = make(map[uint64]int32, len(rows))
 	for _, r := range rows { // keys are unique: the index's, or the snapshot's of them
 		if r.bytes >= 0 {
 			s.cold.add(r.key, r.bytes)
