@@ -279,8 +279,10 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 	}
 }
 
-// releaseEvery warms, the index's pages are released (releaseIndexPages).
-const releaseEvery = 1024
+// releaseEvery warms, the index's pages are released (releaseIndexPages):
+// a warm reads its rows at random places in the index, and each read maps
+// the 64 KiB of the page cache around it.
+const releaseEvery = 128
 
 // dropColdLocked removes the cold entry key, of bytes, as an eviction
 // does: its rows go at the next commit, and the returned entry (not live,

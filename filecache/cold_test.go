@@ -270,6 +270,33 @@ func TestIndexPagesReleasedBetweenCommits(t *testing.T) {
 	assert.Less(t, rss, int64(1<<20))
 }
 
+// TestCommitReleasesIndexPages: a commit of many new entries, each put
+// at a random place in a large index, does not map the whole index
+// before its end: it releases the pages as it goes.
+func TestCommitReleasesIndexPages(t *testing.T) {
+	var index string
+	var puts int
+	var peak int64
+	s, index := openLargeIndex(t, hooks{
+		releaseTick: make(chan time.Time), // the releaser never runs
+		indexPut: func(_, _ []byte) {
+			if puts++; puts%100 == 0 {
+				peak = max(peak, mappedRSS(t, index))
+			}
+		},
+	})
+	const objects = 4000
+	for i := range objects {
+		o := obj(fmt.Sprintf("new%d", i), testBS)
+		require.Equal(t, 1, s.WriteBlocks(o, 0, blockData(o, 0, testBS)))
+	}
+	require.NoError(t, s.flush())
+	require.GreaterOrEqual(t, puts, objects*2, "the commit's puts")
+	t.Logf("index mapped and resident during the commit, highest of %d samples: %d KiB", puts/100, peak>>10)
+	assert.Greater(t, peak, int64(0), "the puts map pages")
+	assert.Less(t, peak, int64(24<<20), "released every releasePuts puts, not at the end (the index is 75 MB)")
+}
+
 // largeIndexRows is about 45 MB of index, over releaseMin.
 const largeIndexRows = 400_000
 

@@ -162,17 +162,31 @@ func (s *Store) syncIfDue(closing bool) error {
 	return nil
 }
 
+// releasePuts: a commit releases the index's pages (releaseTxPages)
+// every releasePuts puts. Each put reads a leaf at a random place in the
+// index, and the fault maps the pages around it that the page cache
+// holds (64 KiB): at 1.28M objects a second's commit of 3,000 new
+// entries, three rows each, mapped most of the 550 MB index within
+// milliseconds, before the releaser's next tick.
+const releasePuts = 128
+
 // commit writes c to the index in one transaction, sealing each value
 // (outside the store's lock). LOCKS_REQUIRED(flushMu)
 func (s *Store) commit(c *pendingCommit) error {
+	var tx *bolt.Tx
+	puts := 0
 	put := func(b *bolt.Bucket, k, v []byte) error {
 		if s.hooks.indexPut != nil {
 			s.hooks.indexPut(k, v)
 		}
+		if puts++; puts%releasePuts == 0 {
+			releaseTxPages(tx)
+		}
 		return b.Put(k, v)
 	}
 	return guard(func() error {
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return s.db.Update(func(t *bolt.Tx) error {
+			tx = t
 			if s.hooks.inCommit != nil {
 				s.hooks.inCommit()
 			}

@@ -346,12 +346,10 @@ func deleteChunks(cb *bolt.Bucket, key []byte) error {
 }
 
 // releaseInterval is how often releaser releases the index's pages,
-// besides the release after each commit and every releaseEvery warms. A
-// commit can run for seconds: at 1.28M objects, the cold read's commits
-// (each second's new entries, in rows spread over the whole index) let
-// up to 378 MiB of the index's pages accumulate in ferry's RSS between
-// two of their releases (bench scale, smaps of the running ferry).
-const releaseInterval = 250 * time.Millisecond
+// besides the releases within each commit (releasePuts) and every
+// releaseEvery warms: it bounds what other reads of the index (Open's
+// scan, eviction, inspection) leave mapped.
+const releaseInterval = 50 * time.Millisecond
 
 // releaser releases the index's pages every releaseInterval until Close,
 // whatever the commits and the warms are doing: what ferry maps of the
@@ -394,10 +392,16 @@ func releaseIndexPages(db *bolt.DB) {
 	}
 	_ = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
-			if size := tx.Size(); size >= releaseMin {
-				_, _, _ = unix.Syscall(unix.SYS_MADVISE, db.Info().Data, uintptr(size), unix.MADV_DONTNEED)
-			}
+			releaseTxPages(tx)
 			return nil
 		})
 	})
+}
+
+// releaseTxPages is releaseIndexPages within tx, which holds the map in
+// place: a write transaction remaps only in its commit.
+func releaseTxPages(tx *bolt.Tx) {
+	if size := tx.Size(); size >= releaseMin {
+		_, _, _ = unix.Syscall(unix.SYS_MADVISE, tx.DB().Info().Data, uintptr(size), unix.MADV_DONTNEED)
+	}
 }
