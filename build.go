@@ -231,16 +231,31 @@ func cacheDisabledGauge() prometheus.Collector {
 
 // heapOverhead is what the process may use besides the read buffers that
 // --memory-limit accounts and the metadata that --metadata-limit does:
-// FUSE and HTTP buffers, the disk cache's index, the runtime.
+// FUSE and HTTP buffers, the disk cache's index, the runtime. It is also
+// the floor of the runtime's limit.
 const heapOverhead = 64 << 20
 
+// heapOverBuffers is the least the runtime's limit gives over
+// --memory-limit: the 256 MiB over it that peak RSS stays within under
+// default settings, less 64 MiB that RSS holds outside the Go runtime's
+// count (the binary's pages, about 35 MiB, and the cache index's mapped
+// pages, released every 50 ms).
+const heapOverBuffers = 192 << 20
+
+// defaultMetadata is what --metadata-limit 0 (no bound) is taken as.
+const defaultMetadata = 256 << 20
+
 // limitHeap tells the Go runtime the memory budget: --memory-limit for
-// read buffers, --metadata-limit for metadata (without a bound, 256 MiB
-// of it is assumed), and heapOverhead. readahead accounts every buffer
-// against --memory-limit, but without a runtime limit the GC lets the
-// heap grow to twice what is live, and pooled buffers waiting for reuse
-// are not accounted at all: a 128 MiB budget peaked at 245 MiB RSS in
-// the soak test. GOMEMLIMIT, if set, wins.
+// read buffers and heapOverBuffers besides, or --metadata-limit less
+// heapOverhead if that is more (a metadata limit raised past its default
+// raises the runtime's by as much). The metadata, the cache's entries and
+// the overhead share what is over --memory-limit with the buffers' unused
+// part: metadata fills up on trees of millions of names, whose small
+// files hold few buffers. readahead accounts every buffer against
+// --memory-limit, but without a runtime limit the GC lets the heap grow
+// to twice what is live, and pooled buffers waiting for reuse are not
+// accounted at all: a 128 MiB budget peaked at 245 MiB RSS in the soak
+// test. GOMEMLIMIT, if set, wins.
 //
 // The function returned (nil when there is no limit to keep) is
 // readahead's Config.OffHeap: buffers mapped outside the Go heap lower
@@ -249,14 +264,14 @@ const heapOverhead = 64 << 20
 // together.
 func limitHeap(memoryLimit, metadataLimit int64, logger *slog.Logger) func(offHeap int64) {
 	if metadataLimit == 0 {
-		metadataLimit = 256 << 20
+		metadataLimit = defaultMetadata
 	}
 	var base int64
 	switch {
 	case os.Getenv("GOMEMLIMIT") != "":
 		base = debug.SetMemoryLimit(-1) // reads it
 	case memoryLimit > 0:
-		base = memoryLimit + metadataLimit + heapOverhead
+		base = memoryLimit + max(heapOverBuffers, metadataLimit-heapOverhead)
 		debug.SetMemoryLimit(base)
 		logger.Debug("runtime memory limit set", "bytes", base)
 	default:

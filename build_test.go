@@ -24,9 +24,10 @@ import (
 	"ferry/flags"
 )
 
-// TestLimitHeap: the runtime's memory limit is the two budgets plus the
-// overhead, or GOMEMLIMIT's; buffers mapped outside the heap lower it by
-// as much, never below the overhead.
+// TestLimitHeap: the runtime's memory limit is --memory-limit plus 192
+// MiB, or plus the metadata limit less the overhead if more, or
+// GOMEMLIMIT's; buffers mapped outside the heap lower it by as much, never
+// below the overhead.
 func TestLimitHeap(t *testing.T) {
 	old := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
@@ -38,15 +39,19 @@ func TestLimitHeap(t *testing.T) {
 
 	offHeap := limitHeap(512*mib, 128*mib, log)
 	require.NotNil(t, offHeap)
-	assert.EqualValues(t, 640*mib+heapOverhead, debug.SetMemoryLimit(-1))
+	assert.EqualValues(t, 704*mib, debug.SetMemoryLimit(-1))
 	offHeap(100 * mib)
-	assert.EqualValues(t, 540*mib+heapOverhead, debug.SetMemoryLimit(-1))
+	assert.EqualValues(t, 604*mib, debug.SetMemoryLimit(-1))
 	offHeap(2048 * mib)
 	assert.EqualValues(t, heapOverhead, debug.SetMemoryLimit(-1), "never below the overhead")
 	offHeap(0)
-	assert.EqualValues(t, 640*mib+heapOverhead, debug.SetMemoryLimit(-1))
+	assert.EqualValues(t, 704*mib, debug.SetMemoryLimit(-1))
 	limitHeap(512*mib, 0, log)
-	assert.EqualValues(t, 768*mib+heapOverhead, debug.SetMemoryLimit(-1), "unbounded metadata: 256 MiB assumed")
+	assert.EqualValues(t, 704*mib, debug.SetMemoryLimit(-1), "unbounded metadata: the default assumed")
+	limitHeap(512*mib, 256*mib, log)
+	assert.EqualValues(t, 512*mib+256*mib, 64*mib+debug.SetMemoryLimit(-1), "the defaults: 256 MiB over, 64 of it outside the heap")
+	limitHeap(512*mib, 1024*mib, log)
+	assert.EqualValues(t, 1472*mib, debug.SetMemoryLimit(-1), "a larger metadata limit raises it")
 
 	// GOMEMLIMIT (read by the runtime at start) wins, and is lowered too.
 	t.Setenv("GOMEMLIMIT", "1GiB")
