@@ -74,6 +74,9 @@ func (s *Store) evictLocked(e *entry) *entry {
 		s.heldEvicted += e.bytes
 	}
 	s.evictions.Add(1)
+	if e.unread {
+		s.evictedUnreadBytes.Add(e.bytes)
+	}
 	if e.pins == 0 {
 		return e
 	}

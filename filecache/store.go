@@ -86,6 +86,7 @@ type Stats struct {
 	MissBlocks, MissBytes   int64 // blocks ReadBlocks did not fill (absent, evicted or corrupt)
 	WriteBlocks, WriteBytes int64 // blocks stored
 	Evictions               int64 // entries evicted (LRU, limit or floor)
+	EvictedUnreadBytes      int64 // their bytes, of entries evicted with no read since their last write
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
 	WholeChecks             int64 // files WholeFile.Check read and checked whole
@@ -168,9 +169,12 @@ type entry struct {
 
 	// The small fields together, so that an entry (one per cached object,
 	// a million and more on a large cache) packs without padding.
-	own         bool // constant: cached for this BucketID (not left by another bucket)
-	live        bool // GUARDED_BY(Store.mu); false once evicted
-	metaDirty   bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
+	own       bool // constant: cached for this BucketID (not left by another bucket)
+	live      bool // GUARDED_BY(Store.mu); false once evicted
+	metaDirty bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
+	// unread: written and not read since (a read of its blocks, or one
+	// served from a copy elsewhere that the cache was told of, Consumed).
+	unread      bool // GUARDED_BY(Store.mu)
 	atimeDirty  bool // GUARDED_BY(Store.mu)
 	resetChunks bool // GUARDED_BY(Store.mu)
 	// wantReadCheck: WholeFile.CheckAsRead asked that reads through the
@@ -267,6 +271,7 @@ type Store struct {
 	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
 	writeBlocks, writeBytes                    atomic.Int64
 	evictions, corrupt, writeErrors            atomic.Int64
+	evictedUnreadBytes                         atomic.Int64
 	wholeChecks, wholeCheckedBytes             atomic.Int64
 	readChecks                                 atomic.Int64
 	splicedBlocks, splicedBytes                atomic.Int64
@@ -304,9 +309,10 @@ func (s *Store) Stats() Stats {
 		HitBlocks: s.hitBlocks.Load(), HitBytes: s.hitBytes.Load(),
 		MissBlocks: s.missBlocks.Load(), MissBytes: s.missBytes.Load(),
 		WriteBlocks: s.writeBlocks.Load(), WriteBytes: s.writeBytes.Load(),
-		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
-		WriteErrors: s.writeErrors.Load(),
-		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
+		Evictions: s.evictions.Load(), EvictedUnreadBytes: s.evictedUnreadBytes.Load(),
+		CorruptBlocks: s.corrupt.Load(),
+		WriteErrors:   s.writeErrors.Load(),
+		WholeChecks:   s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
 		ReadChecks:    s.readChecks.Load(),
 		SplicedBlocks: s.splicedBlocks.Load(), SplicedBytes: s.splicedBytes.Load(),
 		Entries: warm + cold, ColdEntries: cold, Warmed: s.warmed.Load(), Cooled: s.cooled.Load(),
