@@ -152,12 +152,17 @@ type part struct {
 	// copied some of them; told: the cache was told so (Consumed), once
 	// both are true.
 	inCache, read, told bool // GUARDED_BY(Fetcher.mu)
-	owner               *Handle
-	stream              *stream // readahead only
-	ctx                 context.Context
-	cancel              context.CancelFunc
-	done                chan struct{} // closed once buf or err is set
-	urgent              atomic.Bool   // a demand read waits for this readahead
+	// crcs: the blocks' CRCs of a part fetched ahead of its reader and
+	// held back from the cache until its first read (consume.go);
+	// storing: that store is running.
+	crcs    []uint32 // GUARDED_BY(Fetcher.mu)
+	storing bool     // GUARDED_BY(Fetcher.mu)
+	owner   *Handle
+	stream  *stream // readahead only
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{} // closed once buf or err is set
+	urgent  atomic.Bool   // a demand read waits for this readahead
 	// need and early: a demand fetch whose reader wants only [start,
 	// need) of it (the rest pads the reader's range out to whole blocks)
 	// closes early as soon as those bytes have arrived, with head set to
@@ -458,7 +463,7 @@ func (f *Fetcher) fetch(p *part) {
 		f.afterPublish(p)
 	}
 	stored := false
-	if f.cache != nil {
+	if f.cache != nil && !f.holdBack(p, crcs) {
 		// The owner's key: every handle sharing p reads p.obj's version.
 		n := f.cache.WriteBlocksCRC(p.owner.cacheKey, p.first, buf, crcs)
 		stored = int64(n) >= p.limit-p.first
@@ -595,23 +600,13 @@ func (f *Fetcher) settle(p *part, stored bool) (tell bool) {
 		f.budget.Notify()
 		return tell
 	}
+	if p.storing {
+		return tell // its store leaves the table (storeLocked)
+	}
 	// In the cache (or only wanted by its readers): leave the table so
 	// later reads go to the cache; memory goes when the readers are done.
 	f.dropLocked(p)
 	return tell
-}
-
-// readLocked records that a reader had bytes of p (if read), and reports
-// whether the cache must now be told (Consumed): once per part, when it
-// holds the part's bytes and a reader had some of them.
-// LOCKS_REQUIRED(f.mu)
-func (f *Fetcher) readLocked(p *part, read bool) bool {
-	p.read = p.read || read
-	if !p.read || !p.inCache || p.told {
-		return false
-	}
-	p.told = true
-	return true
 }
 
 // dropLocked removes p from the table and the resident list and drops the
@@ -656,33 +651,6 @@ func (f *Fetcher) unrefLocked(p *part) {
 	}
 }
 
-// consumeLocked records that a reader copied n bytes of block i out of
-// p; a kept part read to the end leaves memory. It reports whether the
-// cache must be told that a reader had p's bytes (readLocked).
-// LOCKS_REQUIRED(f.mu)
-func (f *Fetcher) consumeLocked(p *part, i, n int64) (tell bool) {
-	tell = f.readLocked(p, true)
-	if p.consumed == nil || p.left == 0 {
-		return tell
-	}
-	if p.elem != nil {
-		f.resident.MoveToBack(p.elem)
-	}
-	j := i - p.first
-	bl := min((i+1)*f.bs, p.end) - i*f.bs
-	if p.consumed[j] >= bl {
-		return tell
-	}
-	p.consumed[j] += n
-	if p.consumed[j] >= bl {
-		p.left--
-		if p.left == 0 && p.elem != nil {
-			f.dropLocked(p)
-		}
-	}
-	return tell
-}
-
 // reclaimOne drops a kept part nobody is reading, for a demand read
 // waiting for memory (see victimLocked).
 func (f *Fetcher) reclaimOne() bool {
@@ -690,8 +658,7 @@ func (f *Fetcher) reclaimOne() bool {
 	defer f.mu.Unlock()
 	if p := f.victimLocked(true, false); p != nil {
 		f.stats.evicted.Add(1)
-		f.dropLocked(p)
-		return true
+		return f.reclaimLocked(p)
 	}
 	return false
 }
@@ -702,8 +669,7 @@ func (f *Fetcher) reclaimOne() bool {
 // LOCKS_REQUIRED(f.mu)
 func (f *Fetcher) reclaimSpareLocked(ahead bool) bool {
 	if p := f.victimLocked(false, ahead); p != nil {
-		f.dropLocked(p)
-		return true
+		return f.reclaimLocked(p)
 	}
 	return false
 }
