@@ -186,6 +186,7 @@ func (s *Store) checkInvariants(t *testing.T) {
 	assert.LessOrEqual(t, s.open.Len(), s.hooks.maxOpen)
 	assert.Equal(t, sum, s.used, "used == sum of entry bytes, warm and cold")
 	assert.Zero(t, s.reserved)
+	assert.Zero(t, s.reservedEvicted)
 	for k, d := range s.deleting {
 		assert.NotContains(t, s.entries, k)
 		assert.True(t, d.unlinked, "nothing pinned, so every evicted file is unlinked")

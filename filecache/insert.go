@@ -92,7 +92,7 @@ type inserter struct {
 // LOCKS_REQUIRED(s.mu)
 func (s *Store) insertLocked(e *entry) {
 	size := s.roundUp(int64(e.obj.Size))
-	full := s.used+s.reserved+size > s.limit
+	full := s.used+s.reserved-s.reservedEvicted+size > s.limit
 	e.fillEnd = s.ins.clock + s.limit/fillShare
 	if s.ins.lru || !full {
 		e.elem = s.lru.PushFront(e)

@@ -2,6 +2,8 @@ package filecache
 
 import (
 	"fmt"
+	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -115,9 +117,9 @@ func (r *leadReader) pass(t *testing.T, objs []Key) float64 {
 func TestReaderTrailingItsReadahead(t *testing.T) {
 	for _, tc := range []struct {
 		ratio              float64
-		base, lost         float64 // objects fetched an epoch from epoch 2: no lead; cache only
+		base, lost         float64 // objects fetched an epoch from epoch 2: no lead; epoch 2, cache only
 		unreadBase, unread int64   // objects evicted unread over 5 epochs: no lead; cache only (at least)
-	}{{1.5, 34, 65, 0, 140}, {3, 133, 257, 0, 600}} {
+	}{{1.5, 34, 60, 0, 120}, {3, 133, 250, 0, 400}} {
 		for _, mode := range []leadMode{storedAhead, cacheOnly, storedAtRead} {
 			for _, lead := range []int{0, 4, 16} {
 				if lead == 0 && mode != storedAhead {
@@ -132,15 +134,15 @@ func TestReaderTrailingItsReadahead(t *testing.T) {
 					}
 					unread := r.s.Stats().EvictedUnreadBytes / insSize
 					t.Logf("objects fetched per epoch %v; %d evicted unread", got, unread)
-					assert.False(t, r.s.ins.lru, "scan-resistant mode")
 					r.s.checkInvariants(t)
 					if mode == cacheOnly {
-						for e := 1; e < len(got); e++ {
-							assert.GreaterOrEqual(t, got[e], tc.lost, "epoch %d", e+1)
-						}
+						// (Later epochs vary: the shadows may
+						// see LRU ahead and switch.)
+						assert.GreaterOrEqual(t, got[1], tc.lost, "epoch 2")
 						assert.GreaterOrEqual(t, unread, tc.unread)
 						return
 					}
+					assert.False(t, r.s.ins.lru, "scan-resistant mode")
 					for e := 1; e < len(got); e++ {
 						assert.LessOrEqual(t, got[e], tc.base, "epoch %d", e+1)
 					}
@@ -170,4 +172,57 @@ func TestEvictedUnreadBytes(t *testing.T) {
 	st := s.Stats()
 	assert.Equal(t, int64(3), st.Evictions)
 	assert.Equal(t, int64(insSize), st.EvictedUnreadBytes, "only the entry nobody read")
+}
+
+// Two newcomers written at once, the cache full: the second evicts the
+// first, whose write is still in flight, and that makes its room: what
+// the first writes goes with its file. (Counting the first's reservation
+// until its write ended evicted a kept entry too, for every pair of
+// files fetched at once: a dataset 3x the cache read in order kept half
+// of what it could.)
+func TestNewcomerEvictingAWriteInFlight(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var block atomic.Bool
+	s := openT(t, Config{Dir: t.TempDir(), MaxSize: insCached * insSize}, hooks{
+		writeAt: func(f *os.File, p []byte, off int64) (int, error) {
+			if block.CompareAndSwap(true, false) {
+				close(entered)
+				<-release
+			}
+			return f.WriteAt(p, off)
+		},
+	})
+	kept := insObjs("kept", insCached)
+	for range 2 {
+		readPass(t, s, kept)
+	}
+	require.Equal(t, int64(0), s.Stats().Evictions)
+	s.mu.Lock()
+	s.ins.seq = 1 // both newcomers enter at the least recent end
+	s.mu.Unlock()
+	a, b := obj("a", insSize), obj("b", insSize)
+	block.Store(true)
+	done := make(chan int)
+	go func() { done <- s.WriteBlocks(a, 0, blocksData(a, 0, insBlocks, testBS)) }()
+	<-entered
+	assert.Equal(t, insBlocks, s.WriteBlocks(b, 0, blocksData(b, 0, insBlocks, testBS)))
+	close(release)
+	assert.Zero(t, <-done, "written into a file evicted meanwhile: nothing stored")
+	st := s.Stats()
+	assert.Equal(t, int64(2), st.Evictions, "a kept entry for a, and a for b")
+	assert.Equal(t, insCached-1, cachedOf(s, kept), "one kept entry went, for a")
+	assert.Equal(t, int64(insSize), s.CachedBytes(b))
+	assert.Zero(t, s.CachedBytes(a))
+	s.checkInvariants(t)
+}
+
+// cachedOf counts the objects of objs cached whole.
+func cachedOf(s *Store, objs []Key) int {
+	n := 0
+	for _, o := range objs {
+		if s.CachedBytes(o) == int64(o.Size) {
+			n++
+		}
+	}
+	return n
 }

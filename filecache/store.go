@@ -152,6 +152,7 @@ type entry struct {
 	// fillEnd: until the store's traffic clock reaches it, a use of the
 	// entry is its own fill, not a reuse (insert.go).
 	fillEnd  int64         // GUARDED_BY(Store.mu)
+	reserved int64         // GUARDED_BY(Store.mu); its writes' share of Store.reserved
 	elem     *list.Element // GUARDED_BY(Store.mu); in Store.lru while live
 	openElem *list.Element // GUARDED_BY(Store.mu); in Store.open while file != nil
 	file     *os.File      // GUARDED_BY(Store.mu)
@@ -256,7 +257,11 @@ type Store struct {
 	dirtyBlocks int                  // GUARDED_BY(mu)
 	used        int64                // GUARDED_BY(mu)
 	reserved    int64                // GUARDED_BY(mu); space claimed by writes in flight
-	pendingFree int64                // GUARDED_BY(mu); evicted bytes not yet unlinked
+	// reservedEvicted: of reserved, that of writes to entries evicted
+	// since they began: what they write goes with the file, so it makes
+	// no room to evict more for it (evict.go).
+	reservedEvicted int64 // GUARDED_BY(mu)
+	pendingFree     int64 // GUARDED_BY(mu); evicted bytes not yet unlinked
 	// heldEvicted: of pendingFree, the bytes of entries a WholeFile holds
 	// (whole.go); they stay on disk until released, so they still count.
 	heldEvicted int64           // GUARDED_BY(mu)
