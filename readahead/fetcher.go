@@ -587,14 +587,15 @@ func (f *Fetcher) settle(p *part, stored bool) (tell bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.unrefLocked(p)
-	p.inCache = stored
+	// (A part held back may have been stored already, by a read.)
+	p.inCache = p.inCache || stored
 	tell = f.readLocked(p, !p.spec)
 	// A demand fetch's context ends with its read (jacobsa/fuse cancels an
 	// op's context once answered); the bytes are still good. Readahead
 	// cancelled by a seek away is not kept.
 	alive := !p.owner.closed.Load() && !f.closed && p.inTable && (!p.spec || p.ctx.Err() == nil)
 	if p.keep && alive && (!stored || p.spec) && p.left > 0 {
-		p.stored = stored
+		p.stored = p.inCache
 		p.elem = f.resident.PushBack(p)
 		// A demand read waiting for memory may reclaim this now.
 		f.budget.Notify()
