@@ -152,17 +152,12 @@ type part struct {
 	// copied some of them; told: the cache was told so (Consumed), once
 	// both are true.
 	inCache, read, told bool // GUARDED_BY(Fetcher.mu)
-	// crcs: the blocks' CRCs of a part fetched ahead of its reader and
-	// held back from the cache until its first read (consume.go);
-	// storing: that store is running.
-	crcs    []uint32 // GUARDED_BY(Fetcher.mu)
-	storing bool     // GUARDED_BY(Fetcher.mu)
-	owner   *Handle
-	stream  *stream // readahead only
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{} // closed once buf or err is set
-	urgent  atomic.Bool   // a demand read waits for this readahead
+	owner               *Handle
+	stream              *stream // readahead only
+	ctx                 context.Context
+	cancel              context.CancelFunc
+	done                chan struct{} // closed once buf or err is set
+	urgent              atomic.Bool   // a demand read waits for this readahead
 	// need and early: a demand fetch whose reader wants only [start,
 	// need) of it (the rest pads the reader's range out to whole blocks)
 	// closes early as soon as those bytes have arrived, with head set to
@@ -463,7 +458,7 @@ func (f *Fetcher) fetch(p *part) {
 		f.afterPublish(p)
 	}
 	stored := false
-	if f.cache != nil && !f.holdBack(p, crcs) {
+	if f.cache != nil {
 		// The owner's key: every handle sharing p reads p.obj's version.
 		n := f.cache.WriteBlocksCRC(p.owner.cacheKey, p.first, buf, crcs)
 		stored = int64(n) >= p.limit-p.first
@@ -587,22 +582,18 @@ func (f *Fetcher) settle(p *part, stored bool) (tell bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.unrefLocked(p)
-	// (A part held back may have been stored already, by a read.)
-	p.inCache = p.inCache || stored
+	p.inCache = stored
 	tell = f.readLocked(p, !p.spec)
 	// A demand fetch's context ends with its read (jacobsa/fuse cancels an
 	// op's context once answered); the bytes are still good. Readahead
 	// cancelled by a seek away is not kept.
 	alive := !p.owner.closed.Load() && !f.closed && p.inTable && (!p.spec || p.ctx.Err() == nil)
 	if p.keep && alive && (!stored || p.spec) && p.left > 0 {
-		p.stored = p.inCache
+		p.stored = stored
 		p.elem = f.resident.PushBack(p)
 		// A demand read waiting for memory may reclaim this now.
 		f.budget.Notify()
 		return tell
-	}
-	if p.storing {
-		return tell // its store leaves the table (storeLocked)
 	}
 	// In the cache (or only wanted by its readers): leave the table so
 	// later reads go to the cache; memory goes when the readers are done.
@@ -659,7 +650,8 @@ func (f *Fetcher) reclaimOne() bool {
 	defer f.mu.Unlock()
 	if p := f.victimLocked(true, false); p != nil {
 		f.stats.evicted.Add(1)
-		return f.reclaimLocked(p)
+		f.dropLocked(p)
+		return true
 	}
 	return false
 }
@@ -670,7 +662,8 @@ func (f *Fetcher) reclaimOne() bool {
 // LOCKS_REQUIRED(f.mu)
 func (f *Fetcher) reclaimSpareLocked(ahead bool) bool {
 	if p := f.victimLocked(false, ahead); p != nil {
-		return f.reclaimLocked(p)
+		f.dropLocked(p)
+		return true
 	}
 	return false
 }
