@@ -140,7 +140,8 @@ func TestMetricsNamesLint(t *testing.T) {
 		"ferry_fuse_ops_total", "ferry_fuse_op_duration_seconds", "ferry_fs_inodes",
 		// disk cache
 		"ferry_cache_hits_total", "ferry_cache_misses_total", "ferry_cache_hits_bytes_total",
-		"ferry_cache_misses_bytes_total", "ferry_cache_evictions_total", "ferry_cache_corrupt_blocks_total",
+		"ferry_cache_misses_bytes_total", "ferry_cache_evictions_total", "ferry_cache_evicted_unread_bytes_total",
+		"ferry_cache_corrupt_blocks_total",
 		"ferry_cache_used_bytes", "ferry_cache_limit_bytes",
 		// readahead
 		"ferry_readahead_budget_bytes", "ferry_readahead_budget_limit_bytes", "ferry_readahead_budget_peak_bytes",

@@ -23,8 +23,11 @@ func (s *Store) makeRoomLocked(need int64, keep *entry, avail int64) ([]*entry, 
 	// Files handed out whole (whole.go) are read for as long as they are
 	// held: they are not evicted (that would free nothing), and if
 	// evicted all the same (Drop) they count until released.
+	// Writes in flight to evicted entries count no more than those
+	// entries' bytes do: a newcomer evicting another being written (two
+	// files fetched at once) must not evict a third for its room.
 	fit := func(n int64) bool {
-		return s.used+s.heldEvicted+s.reserved+n <= s.limit &&
+		return s.used+s.heldEvicted+s.reserved-s.reservedEvicted+n <= s.limit &&
 			avail+s.pendingFree-s.heldEvicted-s.reserved-n >= s.minFree
 	}
 	var victims []*entry
@@ -70,10 +73,14 @@ func (s *Store) evictLocked(e *entry) *entry {
 	s.deleting[e.key] = &deletion{}
 	s.used -= e.bytes
 	s.pendingFree += e.bytes
+	s.reservedEvicted += e.reserved
 	if e.holds > 0 {
 		s.heldEvicted += e.bytes
 	}
 	s.evictions.Add(1)
+	if e.unread {
+		s.evictedUnreadBytes.Add(e.bytes)
+	}
 	if e.pins == 0 {
 		return e
 	}

@@ -92,7 +92,7 @@ type inserter struct {
 // LOCKS_REQUIRED(s.mu)
 func (s *Store) insertLocked(e *entry) {
 	size := s.roundUp(int64(e.obj.Size))
-	full := s.used+s.reserved+size > s.limit
+	full := s.used+s.reserved-s.reservedEvicted+size > s.limit
 	e.fillEnd = s.ins.clock + s.limit/fillShare
 	if s.ins.lru || !full {
 		e.elem = s.lru.PushFront(e)
@@ -121,8 +121,22 @@ func (s *Store) useLocked(e *entry, n int64, write bool) {
 		}
 	}
 	s.touchLocked(e)
+	e.unread = write
 	if write {
 		e.fillEnd = s.ins.clock + s.limit/fillShare
+	}
+}
+
+// Consumed tells the cache that a reader has had bytes of obj that the
+// cache stored, from a copy outside it: the buffer of the fetch that
+// wrote them, or readahead's memory. Its entry counts as read since its
+// last write (ferry_cache_evicted_unread_bytes_total). Reads from
+// outside the cache are not uses: the policy sees the reads of the cache.
+func (s *Store) Consumed(obj Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.byObj[obj]; e != nil {
+		e.unread = false
 	}
 }
 

@@ -36,6 +36,7 @@ func (s *Store) registerMetrics() error {
 		counter("ferry_cache_misses_total", "Blocks asked of the local cache and not found there (absent, evicted or corrupt).", s.missBlocks.Load),
 		counter("ferry_cache_written_bytes_total", "Bytes stored in the local cache.", s.writeBytes.Load),
 		counter("ferry_cache_evictions_total", "Cache entries (object versions) evicted: LRU under the size limit or the free-space floor, or dropped by ferry invalidate --data.", s.evictions.Load),
+		counter("ferry_cache_evicted_unread_bytes_total", "Bytes of cache entries evicted before anything read them since they were written (from the cache, or from readahead's memory): data fetched ahead that the cache could not keep until its reader came, or never wanted.", s.evictedUnreadBytes.Load),
 		counter("ferry_cache_corrupt_blocks_total", "Cached blocks dropped because they failed their CRC32C.", s.corrupt.Load),
 		counter("ferry_cache_whole_checks_total", "Cached files read whole and checked against their CRC32Cs before the kernel reads them directly (passthrough): once per file per mount, and again after the file changed.", s.wholeChecks.Load),
 		counter("ferry_cache_whole_checked_bytes_total", "Bytes of those checks.", s.wholeCheckedBytes.Load),

@@ -86,6 +86,7 @@ type Stats struct {
 	MissBlocks, MissBytes   int64 // blocks ReadBlocks did not fill (absent, evicted or corrupt)
 	WriteBlocks, WriteBytes int64 // blocks stored
 	Evictions               int64 // entries evicted (LRU, limit or floor)
+	EvictedUnreadBytes      int64 // their bytes, of entries evicted with no read since their last write
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
 	WholeChecks             int64 // files WholeFile.Check read and checked whole
@@ -151,6 +152,7 @@ type entry struct {
 	// fillEnd: until the store's traffic clock reaches it, a use of the
 	// entry is its own fill, not a reuse (insert.go).
 	fillEnd  int64         // GUARDED_BY(Store.mu)
+	reserved int64         // GUARDED_BY(Store.mu); its writes' share of Store.reserved
 	elem     *list.Element // GUARDED_BY(Store.mu); in Store.lru while live
 	openElem *list.Element // GUARDED_BY(Store.mu); in Store.open while file != nil
 	file     *os.File      // GUARDED_BY(Store.mu)
@@ -168,9 +170,12 @@ type entry struct {
 
 	// The small fields together, so that an entry (one per cached object,
 	// a million and more on a large cache) packs without padding.
-	own         bool // constant: cached for this BucketID (not left by another bucket)
-	live        bool // GUARDED_BY(Store.mu); false once evicted
-	metaDirty   bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
+	own       bool // constant: cached for this BucketID (not left by another bucket)
+	live      bool // GUARDED_BY(Store.mu); false once evicted
+	metaDirty bool // GUARDED_BY(Store.mu); the header and chunk 0 (record.go)
+	// unread: written and not read since (a read of its blocks, or one
+	// served from a copy elsewhere that the cache was told of, Consumed).
+	unread      bool // GUARDED_BY(Store.mu)
 	atimeDirty  bool // GUARDED_BY(Store.mu)
 	resetChunks bool // GUARDED_BY(Store.mu)
 	// wantReadCheck: WholeFile.CheckAsRead asked that reads through the
@@ -252,7 +257,11 @@ type Store struct {
 	dirtyBlocks int                  // GUARDED_BY(mu)
 	used        int64                // GUARDED_BY(mu)
 	reserved    int64                // GUARDED_BY(mu); space claimed by writes in flight
-	pendingFree int64                // GUARDED_BY(mu); evicted bytes not yet unlinked
+	// reservedEvicted: of reserved, that of writes to entries evicted
+	// since they began: what they write goes with the file, so it makes
+	// no room to evict more for it (evict.go).
+	reservedEvicted int64 // GUARDED_BY(mu)
+	pendingFree     int64 // GUARDED_BY(mu); evicted bytes not yet unlinked
 	// heldEvicted: of pendingFree, the bytes of entries a WholeFile holds
 	// (whole.go); they stay on disk until released, so they still count.
 	heldEvicted int64           // GUARDED_BY(mu)
@@ -267,6 +276,7 @@ type Store struct {
 	hitBlocks, hitBytes, missBlocks, missBytes atomic.Int64
 	writeBlocks, writeBytes                    atomic.Int64
 	evictions, corrupt, writeErrors            atomic.Int64
+	evictedUnreadBytes                         atomic.Int64
 	wholeChecks, wholeCheckedBytes             atomic.Int64
 	readChecks                                 atomic.Int64
 	splicedBlocks, splicedBytes                atomic.Int64
@@ -304,9 +314,10 @@ func (s *Store) Stats() Stats {
 		HitBlocks: s.hitBlocks.Load(), HitBytes: s.hitBytes.Load(),
 		MissBlocks: s.missBlocks.Load(), MissBytes: s.missBytes.Load(),
 		WriteBlocks: s.writeBlocks.Load(), WriteBytes: s.writeBytes.Load(),
-		Evictions: s.evictions.Load(), CorruptBlocks: s.corrupt.Load(),
-		WriteErrors: s.writeErrors.Load(),
-		WholeChecks: s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
+		Evictions: s.evictions.Load(), EvictedUnreadBytes: s.evictedUnreadBytes.Load(),
+		CorruptBlocks: s.corrupt.Load(),
+		WriteErrors:   s.writeErrors.Load(),
+		WholeChecks:   s.wholeChecks.Load(), WholeCheckedBytes: s.wholeCheckedBytes.Load(),
 		ReadChecks:    s.readChecks.Load(),
 		SplicedBlocks: s.splicedBlocks.Load(), SplicedBytes: s.splicedBytes.Load(),
 		Entries: warm + cold, ColdEntries: cold, Warmed: s.warmed.Load(), Cooled: s.cooled.Load(),

@@ -383,7 +383,7 @@ func TestMetrics(t *testing.T) {
 	readOK(t, s, q, 0)
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	assert.Equal(t, 24, n)
+	assert.Equal(t, 25, n)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ferry_cache_min_free_bytes Free space the cache leaves on its volume (--cache-min-free): it evicts to keep it.
 # TYPE ferry_cache_min_free_bytes gauge

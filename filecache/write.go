@@ -131,6 +131,7 @@ func (s *Store) reserveWrite(obj Key, w *blockWrite) *entry {
 	}
 	w.lens, w.reserved = w.lens[:k], w.needs[k]
 	s.reserved += w.reserved
+	e.reserved += w.reserved
 	e.pins++
 	e.writing++
 	// Stamps around the write only for a file with checked blocks to
@@ -226,6 +227,10 @@ func (s *Store) settleWrite(e *entry, w *blockWrite, ok bool) {
 	var excess []*entry
 	s.mu.Lock()
 	s.reserved -= w.reserved
+	e.reserved -= w.reserved
+	if !e.live {
+		s.reservedEvicted -= w.reserved
+	}
 	e.writing--
 	s.wroteLocked(e, w.before, w.after, w.stamped, ok)
 	if e.live {

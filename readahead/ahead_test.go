@@ -318,3 +318,33 @@ func TestFetcherCached(t *testing.T) {
 	h.Close()
 	assert.True(t, g.Cached(big))
 }
+
+// The cache is told, once per part it stored, that a reader had the
+// part's bytes: at once for a demand fetch, at the first read for a part
+// fetched ahead, and never for one nobody read.
+func TestCacheToldOfReadsOutsideIt(t *testing.T) {
+	b := newFakeBucket()
+	c := newMemCache(64 * KiB)
+	f := newTestFetcher(t, Config{Bucket: b, Cache: c, MemoryLimit: 64 * MiB, BlockSize: 64 * KiB, PartSize: 1 * MiB})
+	demand := b.put("demand", 512*KiB)
+	h := f.open(demand)
+	buf := make([]byte, demand.Size)
+	_, err := h.ReadAt(context.Background(), buf, 0)
+	require.NoError(t, err)
+	h.Close()
+	assert.Equal(t, 1, c.consumedOf("demand"), "a demand fetch's reader had its bytes")
+
+	read, unread := b.put("read", 2*MiB), b.put("unread", 2*MiB)
+	ahead, idle := f.openAhead(read), f.openAhead(unread)
+	require.Eventually(t, func() bool {
+		return c.CachedBytes(cacheKeyOf(read)) == int64(read.Size) && c.CachedBytes(cacheKeyOf(unread)) == int64(unread.Size)
+	},
+		time.Minute, time.Millisecond, "both fetched ahead and stored")
+	assert.Zero(t, c.consumedOf("read"), "stored, not read yet")
+	sequential(t, b, ahead, 128*KiB)
+	ahead.Close()
+	idle.Close()
+	assert.Equal(t, 2, c.consumedOf("read"), "told once for each of its two parts, read from memory")
+	assert.Zero(t, c.consumedOf("unread"))
+	assert.Equal(t, int64(read.Size+unread.Size+demand.Size), f.Stats().BytesFetched, "read from memory, not fetched again")
+}

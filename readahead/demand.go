@@ -178,13 +178,19 @@ func (c *chunk) copyParts(parts []*part, head bool) {
 			uses = append(uses, use{p, i, hi - lo})
 		}
 	}
+	var tell []*part
 	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
 	for _, u := range uses {
-		c.f.consumeLocked(u.p, u.i, u.n)
+		if c.f.consumeLocked(u.p, u.i, u.n) {
+			tell = append(tell, u.p)
+		}
 	}
 	for _, p := range parts {
 		c.f.unrefLocked(p)
+	}
+	c.f.mu.Unlock()
+	for _, p := range tell {
+		c.f.cache.Consumed(p.owner.cacheKey)
 	}
 }
 

@@ -237,6 +237,8 @@ type memCache struct {
 	writes map[memCacheKey]int    // GUARDED_BY(mu)
 	// refuse, if set, makes WriteBlocks store nothing (a full disk).
 	refuse bool // GUARDED_BY(mu)
+	// consumed counts Consumed calls per object name.
+	consumed map[string]int // GUARDED_BY(mu)
 }
 
 var _ BlockCache = (*memCache)(nil)
@@ -265,8 +267,21 @@ func (c *memCache) Whole(filecache.Key) (*filecache.WholeFile, bool) { return ni
 
 func (c *memCache) Unready(filecache.Key, int64) []ranges.ByteRange { return nil }
 
+func (c *memCache) Consumed(obj filecache.Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.consumed[obj.Name]++
+}
+
+// consumedOf is how often the cache was told a reader had bytes of name.
+func (c *memCache) consumedOf(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumed[name]
+}
+
 func newMemCache(bs int64) *memCache {
-	return &memCache{bs: bs, blocks: map[memCacheKey][]byte{}, writes: map[memCacheKey]int{}}
+	return &memCache{bs: bs, blocks: map[memCacheKey][]byte{}, writes: map[memCacheKey]int{}, consumed: map[string]int{}}
 }
 
 type memCacheKey struct {

@@ -67,6 +67,11 @@ type BlockCache interface {
 	CachedBytes(obj filecache.Key) int64
 	// Whole hands out the data file of obj if every block is present.
 	Whole(obj filecache.Key) (*filecache.WholeFile, bool)
+	// Consumed tells the cache that a reader has had bytes of obj that
+	// the cache stored, from a copy outside it (a fetch's buffer, or
+	// readahead kept in memory): its entry is read, not fetched ahead
+	// for nobody.
+	Consumed(obj filecache.Key)
 	// Unready returns the byte ranges of obj that stand between it and
 	// a Whole file that checks good, if they come to at most limit bytes.
 	Unready(obj filecache.Key, limit int64) []ranges.ByteRange
@@ -143,12 +148,16 @@ type part struct {
 	// memory for its reader (a copy instead of a pread and a CRC check per
 	// block), but anyone short of memory may drop it: the cache has it.
 	stored bool // GUARDED_BY(Fetcher.mu)
-	owner  *Handle
-	stream *stream // readahead only
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{} // closed once buf or err is set
-	urgent atomic.Bool   // a demand read waits for this readahead
+	// inCache: the cache took all of the part's bytes; read: a reader
+	// copied some of them; told: the cache was told so (Consumed), once
+	// both are true.
+	inCache, read, told bool // GUARDED_BY(Fetcher.mu)
+	owner               *Handle
+	stream              *stream // readahead only
+	ctx                 context.Context
+	cancel              context.CancelFunc
+	done                chan struct{} // closed once buf or err is set
+	urgent              atomic.Bool   // a demand read waits for this readahead
 	// need and early: a demand fetch whose reader wants only [start,
 	// need) of it (the rest pads the reader's range out to whole blocks)
 	// closes early as soon as those bytes have arrived, with head set to
@@ -454,7 +463,9 @@ func (f *Fetcher) fetch(p *part) {
 		n := f.cache.WriteBlocksCRC(p.owner.cacheKey, p.first, buf, crcs)
 		stored = int64(n) >= p.limit-p.first
 	}
-	f.settle(p, stored)
+	if f.settle(p, stored) {
+		f.cache.Consumed(p.owner.cacheKey)
+	}
 }
 
 // download reads p's range into a pooled buffer. The buffer is allocated
@@ -564,11 +575,15 @@ func (f *Fetcher) publish(p *part, buf []byte) {
 }
 
 // settle decides, once the cache has taken p's bytes (stored) or not,
-// whether p stays in memory, and drops the fetch's reference.
-func (f *Fetcher) settle(p *part, stored bool) {
+// whether p stays in memory, and drops the fetch's reference. It reports
+// whether the caller must tell the cache that a reader had p's bytes: a
+// demand fetch's reader has them, readahead's once read (consumeLocked).
+func (f *Fetcher) settle(p *part, stored bool) (tell bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.unrefLocked(p)
+	p.inCache = stored
+	tell = f.readLocked(p, !p.spec)
 	// A demand fetch's context ends with its read (jacobsa/fuse cancels an
 	// op's context once answered); the bytes are still good. Readahead
 	// cancelled by a seek away is not kept.
@@ -578,11 +593,12 @@ func (f *Fetcher) settle(p *part, stored bool) {
 		p.elem = f.resident.PushBack(p)
 		// A demand read waiting for memory may reclaim this now.
 		f.budget.Notify()
-		return
+		return tell
 	}
 	// In the cache (or only wanted by its readers): leave the table so
 	// later reads go to the cache; memory goes when the readers are done.
 	f.dropLocked(p)
+	return tell
 }
 
 // dropLocked removes p from the table and the resident list and drops the
@@ -624,29 +640,6 @@ func (f *Fetcher) unrefLocked(p *part) {
 		// and a demand read waiting for memory (which skipped it while a
 		// reader held it) must look again, or it sleeps on.
 		f.budget.Notify()
-	}
-}
-
-// consumeLocked records that a reader copied n bytes of block i out of a
-// kept part; a part read to the end leaves memory. LOCKS_REQUIRED(f.mu)
-func (f *Fetcher) consumeLocked(p *part, i, n int64) {
-	if p.consumed == nil || p.left == 0 {
-		return
-	}
-	if p.elem != nil {
-		f.resident.MoveToBack(p.elem)
-	}
-	j := i - p.first
-	bl := min((i+1)*f.bs, p.end) - i*f.bs
-	if p.consumed[j] >= bl {
-		return
-	}
-	p.consumed[j] += n
-	if p.consumed[j] >= bl {
-		p.left--
-		if p.left == 0 && p.elem != nil {
-			f.dropLocked(p)
-		}
 	}
 }
 
