@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,4 +277,29 @@ func TestCheckedCommitsOneRow(t *testing.T) {
 	require.NoError(t, s.flush())
 	require.NoError(t, s.Close())
 	assert.Empty(t, indexKeys(t, s.root, checkedBucket))
+}
+
+// An index written again from memory (a commit met damage) keeps the
+// checks memory holds.
+func TestCheckedKeptByARebuiltIndex(t *testing.T) {
+	var arm atomic.Bool
+	h := bootHooks("boot-1")
+	h.inCommit = func() {
+		if arm.CompareAndSwap(true, false) {
+			panic("page 9 already freed")
+		}
+	}
+	s := openT(t, Config{Dir: t.TempDir()}, h)
+	o := obj("o", 5*testBS+7)
+	checkedByReads(t, s, o)
+	require.NoError(t, s.flush())
+	a := obj("a", 2*testBS)
+	require.Equal(t, 2, s.WriteBlocks(a, 0, blocksData(a, 0, 2, testBS)))
+	arm.Store(true)
+	require.NoError(t, s.flush())
+	require.False(t, arm.Load(), "the commit met the damage")
+	s = reopen(t, s, bootHooks("boot-1"))
+	assert.True(t, isChecked(t, s, o))
+	assert.True(t, wholeOK(t, s, o))
+	assert.Zero(t, s.Stats().WholeChecks)
 }
