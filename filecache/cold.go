@@ -217,7 +217,7 @@ func (s *Store) lockLookupSum(obj Key, ck *coldKey) *entry {
 // Another warm of the same key, or an eviction, may come first: the
 // queue decides who had it.
 func (s *Store) warm(obj Key, key string, ck coldKey) {
-	rec, lost, err := s.readEntry(key)
+	rec, lost, verified, err := s.readEntry(key)
 	var st unix.Stat_t
 	serr := unix.Lstat(s.pathFor(key), &st)
 	s.mu.Lock()
@@ -253,6 +253,9 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		key: key, own: true, obj: obj, live: true,
 		nblocks: numBlocks(rec.size, rec.blockSize),
 		present: rec.present, crcs: rec.crcs, bytes: st.Blocks * 512,
+		// Checked in this boot, by this process or an earlier one: good
+		// while the file shows this stamp (checked.go).
+		verified: verified,
 	}
 	s.used += e.bytes - bytes
 	e.elem = s.lru.PushFront(e)
@@ -318,7 +321,8 @@ func (s *Store) evictColdLocked() *entry {
 // An entry is idle when nothing pins or holds it, no read check counts on
 // it and the index has everything it holds: so it runs right after a
 // commit, under flushMu, with none in flight. What only memory knew of it
-// goes: the checks of its file (whole.go, splice.go) are done again.
+// goes: the blocks checked for splicing (splice.go) are checked again; a
+// check of the whole file is kept in the index (checked.go).
 // LOCKS_REQUIRED(s.flushMu, s.mu)
 func (s *Store) coolLocked() []openFiles {
 	var files []openFiles
@@ -326,7 +330,7 @@ func (s *Store) coolLocked() []openFiles {
 		e := el.Value.(*entry)
 		el = el.Prev()
 		if !e.own || e.pins > 0 || e.holds > 0 || e.writing > 0 || e.wantReadCheck || e.readCheck != nil ||
-			e.metaDirty || e.atimeDirty || e.resetChunks || len(e.dirtyChunks) > 0 {
+			e.metaDirty || e.atimeDirty || e.checkedDirty || e.resetChunks || len(e.dirtyChunks) > 0 {
 			continue
 		}
 		if _, dirty := s.dirty[e.key]; dirty {

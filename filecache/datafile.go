@@ -75,6 +75,7 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		clear(e.crcs)
 		e.wantReadCheck, e.readCheck = false, nil
 		e.checked, e.checkedStamp = nil, fileStamp{}
+		s.unverifiedLocked(e)
 		s.used -= e.bytes
 		e.bytes = 0
 		// Every chunk is empty now: delete those the index holds, also

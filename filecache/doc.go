@@ -44,7 +44,8 @@
 // written to a 64 GiB object commits about 1 KiB, where the whole record
 // was 4 MiB. Every value is sealed with a CRC32C of its key and bytes: a
 // damaged chunk loses its blocks, a damaged record its entry, and neither
-// is served. Records of format 1 (one value with the whole bitmap and
+// is served. A file's last check is a row of its own (checked.go), which
+// an older ferry ignores. Records of format 1 (one value with the whole bitmap and
 // every CRC) are read at Open and written again as format 2 by the first
 // commit, so an upgrade keeps the cache; an older ferry reading format 2
 // drops those entries as damaged and starts them again.
@@ -87,11 +88,15 @@
 //
 // Whole hands out the data file of an object cached whole, for the kernel
 // to read directly (FUSE passthrough, see fs). Those reads bypass
-// ReadBlocks, so WholeFile.Check reads the file and checks every block's
-// CRC before it is first handed to the kernel in a process, and again
-// whenever the file's stamp (inode, size, mtime, ctime) shows that
-// something wrote to it since. The file is held until released: eviction
-// passes it by, and one dropped all the same counts until then.
+// ReadBlocks, so the file is checked whole before it is handed to the
+// kernel: by WholeFile.Check, which reads it, or by reads through the
+// store that covered it (CheckAsRead); and again whenever the file's
+// stamp (device, inode, size, mtime, ctime) shows that something wrote
+// to it since. The stamp of the last check is kept in the index with the
+// machine's boot ID (checked.go), so a restart in the same boot trusts
+// an unchanged file at once; after a reboot every file is checked again.
+// The file is held until released: eviction passes it by, and one
+// dropped all the same counts until then.
 //
 // # What it must never do
 //

@@ -39,6 +39,9 @@ type pendingPut struct {
 	atime  [atimeLen]byte
 	// writeAtime: only the access time changed, or the entry is new.
 	writeAtime bool
+	// writeChecked: put checked (unsealed), or delete the row if nil.
+	writeChecked bool
+	checked      []byte
 }
 
 // pendingChunk is chunk idx of an entry, encoded (unsealed), or nil to
@@ -136,7 +139,10 @@ func (s *Store) takePending() pendingCommit {
 			p.writeAtime = true
 			p.atime = encodeAtime(e.atime, e.bytes)
 		}
-		e.metaDirty, e.atimeDirty, e.resetChunks = false, false, false
+		if e.checkedDirty {
+			p.writeChecked, p.checked = true, s.takeCheckedLocked(e)
+		}
+		e.metaDirty, e.atimeDirty, e.checkedDirty, e.resetChunks = false, false, false, false
 		c.puts = append(c.puts, p)
 	}
 	clear(s.dirty)
@@ -204,13 +210,14 @@ func (s *Store) commit(c *pendingCommit) error {
 	return nil
 }
 
-// delRows is what commit counts a deletion as: its three rows.
-const delRows = 3
+// delRows is what commit counts a deletion as: its rows in the entries,
+// access times and checked buckets, and its chunks.
+const delRows = 4
 
 // rows is what commit counts p as: the rows it writes or deletes.
 func (p *pendingPut) rows() int {
 	n := len(p.chunks)
-	for _, b := range []bool{p.meta != nil, p.reset, p.writeAtime} {
+	for _, b := range []bool{p.meta != nil, p.reset, p.writeAtime, p.writeChecked} {
 		if b {
 			n++
 		}
@@ -239,11 +246,15 @@ func (s *Store) commitTx(dels [][]byte, puts []pendingPut) error {
 				s.hooks.inCommit()
 			}
 			eb, cb, ab := tx.Bucket(entriesBucket), tx.Bucket(chunksBucket), tx.Bucket(atimeBucket)
+			kb := tx.Bucket(checkedBucket)
 			for _, k := range dels {
 				if err := eb.Delete(k); err != nil {
 					return err
 				}
 				if err := ab.Delete(k); err != nil {
+					return err
+				}
+				if err := kb.Delete(k); err != nil {
 					return err
 				}
 				if err := deleteChunks(cb, k); err != nil {
@@ -252,6 +263,9 @@ func (s *Store) commitTx(dels [][]byte, puts []pendingPut) error {
 			}
 			for _, p := range puts {
 				if err := putOne(cb, eb, ab, &p, put); err != nil {
+					return err
+				}
+				if err := putChecked(kb, p, put); err != nil {
 					return err
 				}
 			}
@@ -290,6 +304,18 @@ func putOne(cb, eb, ab *bolt.Bucket, p *pendingPut, put func(b *bolt.Bucket, k, 
 	return nil
 }
 
+// putChecked writes or deletes p's checked row, if it changed.
+func putChecked(kb *bolt.Bucket, p pendingPut, put func(b *bolt.Bucket, k, v []byte) error) error {
+	switch {
+	case !p.writeChecked:
+		return nil
+	case p.checked == nil:
+		return kb.Delete(p.key)
+	default:
+		return put(kb, p.key, seal(p.key, p.checked))
+	}
+}
+
 // committed records that the deletions of keys dels are committed.
 func (s *Store) committed(dels [][]byte) {
 	s.mu.Lock()
@@ -315,6 +341,7 @@ func (s *Store) putBack(c *pendingCommit) {
 		if p.e.live {
 			p.e.metaDirty = p.e.metaDirty || p.meta != nil
 			p.e.atimeDirty = true
+			p.e.checkedDirty = p.e.checkedDirty || p.writeChecked
 			p.e.resetChunks = p.e.resetChunks || p.reset
 			for _, ch := range p.chunks {
 				markChunkLocked(p.e, ch.idx)
@@ -414,6 +441,7 @@ func (s *Store) markBlocksDirtyLocked(e *entry, first, limit int64) {
 // for an index that holds none of them. LOCKS_REQUIRED(s.mu)
 func (s *Store) markAllDirtyLocked(e *entry) {
 	e.metaDirty = true
+	e.checkedDirty = e.checkedDirty || (e.verified != (fileStamp{}) && s.bootID != "")
 	for c := int64(1); c < numChunks(e.nblocks); c++ {
 		if !chunkEmpty(e.present, e.nblocks, c) {
 			markChunkLocked(e, c)

@@ -22,6 +22,8 @@ import (
 //	entries: name, version, size, block size, chunk 0 of bitmap and CRCs
 //	chunks:  the other chunks, keyed by entry key and chunk number
 //	atime:   last access, unix nanoseconds, and allocated bytes (16 bytes)
+//	checked: the data file's stamp when it was last found good, and the
+//	         boot (checked.go); only for files found good
 //	meta:    the block size
 //
 // Last access lives apart because every cache hit updates it: keeping it
@@ -232,7 +234,7 @@ func readIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 	}
 	if err == nil {
 		err = db.Update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket} {
+			for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket, checkedBucket} {
 				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 					return err
 				}
@@ -293,11 +295,13 @@ func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
 
 // readEntry reads the record of key and its chunks from the index; nil
 // with no error if there is none. lost counts the chunks found damaged:
-// their blocks are absent, and the caller has them deleted.
-func (s *Store) readEntry(key string) (rec *record, lost int, err error) {
+// their blocks are absent, and the caller has them deleted. verified is
+// the stamp of the file's last check in this boot, if its checked row
+// has one (checked.go), else zero.
+func (s *Store) readEntry(key string) (rec *record, lost int, verified fileStamp, err error) {
 	db := s.liveDB.Load() // not s.db: a commit may hold flushMu for a while
 	if db == nil {
-		return nil, 0, errIndexDamaged
+		return nil, 0, fileStamp{}, errIndexDamaged
 	}
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
@@ -309,6 +313,9 @@ func (s *Store) readEntry(key string) (rec *record, lost int, err error) {
 			var derr error
 			if rec, derr = decodeRecord(k, v); derr != nil {
 				return derr
+			}
+			if cv := tx.Bucket(checkedBucket).Get(k); cv != nil {
+				verified, _ = decodeChecked(k, cv, s.bootID, rec.size)
 			}
 			n := numBlocks(rec.size, rec.blockSize)
 			if rec.format != recordV2 || numChunks(n) == 1 {
@@ -325,7 +332,7 @@ func (s *Store) readEntry(key string) (rec *record, lost int, err error) {
 			return nil
 		})
 	})
-	return rec, lost, err
+	return rec, lost, verified, err
 }
 
 // deleteChunks deletes every chunk of the entry key from cb. A key that

@@ -131,6 +131,9 @@ func (h hooks) withDefaults() hooks {
 	if h.maxWarm <= 0 {
 		h.maxWarm = maxWarm
 	}
+	if h.bootID == nil {
+		h.bootID = readBootID
+	}
 	return h
 }
 
@@ -163,6 +166,7 @@ func newStore(cfg Config, h hooks, root string) *Store {
 		deleted:     map[string]struct{}{},
 		loggedKinds: map[string]bool{},
 		splice:      cfg.Splice,
+		bootID:      h.bootID(),
 	}
 }
 
@@ -301,7 +305,7 @@ func (s *Store) claimBlockSize() (emptied bool, err error) {
 			if v := mb.Get(blockSizeKey); v != nil && !bytes.Equal(v, want[:]) {
 				s.log.Info("cache block size changed: dropping the cache", "block_size", s.blockSize)
 				emptied = true
-				for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket} {
+				for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket, checkedBucket} {
 					if err := tx.DeleteBucket(b); err != nil {
 						return err
 					}
@@ -341,6 +345,9 @@ func (s *Store) deleteRows(keys []string) error {
 					return err
 				}
 				if err := tx.Bucket(atimeBucket).Delete([]byte(k)); err != nil {
+					return err
+				}
+				if err := tx.Bucket(checkedBucket).Delete([]byte(k)); err != nil {
 					return err
 				}
 				if err := deleteChunks(tx.Bucket(chunksBucket), []byte(k)); err != nil {

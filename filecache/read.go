@@ -244,6 +244,7 @@ func (s *Store) dropLocked(e *entry, idx int64, want uint32) bool {
 	e.present.clear(idx)
 	e.crcs[idx] = 0
 	e.wantReadCheck, e.readCheck = false, nil
+	s.unverifiedLocked(e)
 	if e.checked != nil {
 		e.checked.clear(idx)
 	}

@@ -127,6 +127,9 @@ type hooks struct {
 	// after each of its releases (index.go).
 	releaseTick <-chan time.Time
 	released    func()
+	// bootID, if set, replaces reading the machine's boot ID at Open
+	// (checked.go).
+	bootID func() string
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -182,10 +185,14 @@ type entry struct {
 	// store count toward a check of the whole file; readCheck is that
 	// count since its stamp (whole.go). Both are reset when a block goes.
 	wantReadCheck bool // GUARDED_BY(Store.mu)
+	// checkedDirty: verified changed since the last commit, which writes
+	// or deletes its checked row (checked.go).
+	checkedDirty bool // GUARDED_BY(Store.mu)
 
 	readCheck *readCheck // GUARDED_BY(Store.mu)
 	// verified is the data file's stamp when WholeFile.Check last read
-	// it whole (or reads covered it, readCheck): while the file shows
+	// it whole (or reads covered it, readCheck), in this process or, in
+	// the same boot, an earlier one (checked.go): while the file shows
 	// it, it has not been written since.
 	verified fileStamp // GUARDED_BY(Store.mu)
 	// checked: the blocks read from the data file and found good since
@@ -283,6 +290,9 @@ type Store struct {
 	warmed, cooled                             atomic.Int64
 
 	splice bool // Config.Splice
+	// bootID is the machine's boot ID, read at Open; "" if unknown, and
+	// then no check is kept across processes (checked.go).
+	bootID string
 }
 
 // ErrInvalid is wrapped by every error about the cache's configuration:

@@ -122,7 +122,7 @@ func (w *WholeFile) Check() bool {
 	s.wholeChecks.Add(1)
 	s.wholeCheckedBytes.Add(int64(w.obj.Size))
 	s.mu.Lock()
-	e.verified = before
+	s.verifiedLocked(e, before)
 	// A read check asked for is done too: its reads would count a file
 	// already found good.
 	e.wantReadCheck, e.readCheck = false, nil
@@ -302,7 +302,7 @@ func (s *Store) countReadCheck(e *entry, f *os.File, rc *readCheck, first int64,
 	// A longer file may hold good blocks, but the kernel would read past
 	// the object's end (as in Check).
 	if err == nil && st == rc.stamp && whole && st.size == int64(e.obj.Size) {
-		e.verified = st
+		s.verifiedLocked(e, st)
 		s.readChecks.Add(1)
 		if e.readCheck == nil || e.readCheck.stamp == st {
 			// One asked for (CheckAsRead) and started since would

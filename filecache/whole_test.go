@@ -70,10 +70,15 @@ func TestWholeOnlyWhenEveryBlockIsCached(t *testing.T) {
 	assert.False(t, wholeOK(t, s, Key{Name: "empty", Version: "v1"}))
 	s.checkInvariants(t)
 
-	// A new process checks again.
+	// A new process in the same boot trusts the check (checked.go);
+	// after a reboot it checks again.
 	require.NoError(t, s.Close())
 	assert.False(t, wholeOK(t, s, o), "closed")
 	s = openT(t, Config{Dir: s.root}, hooks{})
+	assert.True(t, wholeOK(t, s, o))
+	assert.Zero(t, s.Stats().WholeChecks)
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: s.root}, hooks{bootID: func() string { return "another boot" }})
 	assert.True(t, wholeOK(t, s, o))
 	assert.EqualValues(t, 1, s.Stats().WholeChecks)
 }
@@ -302,9 +307,13 @@ func TestCheckAsRead(t *testing.T) {
 	require.True(t, wholeOK(t, s, o))
 	assert.EqualValues(t, 1, s.Stats().WholeChecks)
 
-	// A new process knows nothing of it.
+	// A new process in the same boot knows it (checked.go); one after a
+	// reboot does not.
 	require.NoError(t, s.Close())
 	s = openT(t, Config{Dir: s.root}, hooks{})
+	assert.True(t, isChecked(t, s, o))
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: s.root}, hooks{bootID: func() string { return "another boot" }})
 	assert.False(t, isChecked(t, s, o))
 }
 

@@ -294,6 +294,9 @@ func (s *Store) storedLocked(e *entry, w *blockWrite) (excess []*entry) {
 		e.bytes += w.needs[w.stored]
 	}
 	if w.stored > 0 {
+		// Its file changed: a check of it no longer holds (nor would
+		// it match the file's stamp).
+		s.unverifiedLocked(e)
 		s.markBlocksDirtyLocked(e, w.first, w.first+int64(w.stored))
 		s.dirtyBlocks += w.stored
 	}

@@ -46,9 +46,12 @@ import (
 // every block they read anyway (BackingFile.CheckAsRead): once the reads
 // of the mount have covered the whole file, unchanged, it counts as
 // checked, and its next open is passthrough with nothing read at the
-// open. (Until 2026-12-02 that first open read the file whole to check
-// it, and then the kernel read it again: the epoch after the cache
-// filled read every byte twice; docs/notes/2026-12-02-one-read-per-byte.md.)
+// open. A file that an earlier ferry process of the same boot found
+// good, and unchanged since, counts as checked already (the store keeps
+// the check's stamp in its index): its first open is passthrough. (Until
+// 2026-12-02 that first open read the file whole to check it, and then
+// the kernel read it again: the epoch after the cache filled read every
+// byte twice; docs/notes/2026-12-02-one-read-per-byte.md.)
 // A file whose reads left it unchecked (a reader of part of it: the
 // readier may read the rest, ready.go) is read whole and checked at its
 // next open instead, if at most passthroughMaxSize: BackingFile.Check.

@@ -28,10 +28,12 @@ import (
 // cache reads epochs 2' and 3', --epochs-restarts times (3: a ratio of
 // two epochs moves by a fifth between repeats on a busy machine, and the
 // restart goal takes the median). The page cache is dropped before each
-// epoch. Epoch 2 and 2' are each file's first open of a cached file in
-// their process, which ferry serves through itself, checking every block
-// as it reads it; 3 and 3' are passthrough (the kernel reads the cache
-// file). The goal: epoch 2 at least 85% of epoch 3's rate, and 2' of 3'.
+// epoch. Epoch 2 is each file's first open of a cached file in the
+// mount, which ferry serves through itself, checking every block as it
+// reads it; 3 is passthrough (the kernel reads the cache file), and so
+// are 2' and 3': the restarts run in the same boot, where a file checked
+// by an earlier process and unchanged since counts as checked. The goal:
+// epoch 2 at least 85% of epoch 3's rate, and 2' of 3'.
 //
 // The reader is one stream reading each file whole in 1 MiB reads, in
 // turn: what `dd bs=1M` did in the issue's figure, and the pattern in
