@@ -148,8 +148,14 @@ func TestManyFilesWithinTheMetadataLimit(t *testing.T) {
 			assert.Zero(t, reads, "%s: every byte from the disk cache", name)
 		}
 	}
-	assert.Equal(t, n, m.metric(t, "ferry_cache_warmed_total", nil), "restart: each entry read from the index once")
-	assert.Zero(t, m.metric(t, "ferry_cache_cold_entries", nil))
+	// Each entry read from the index when first used; a few again after
+	// being cooled (at most 16,384 are held whole), 19 of 50,000 in one
+	// run.
+	warmed := m.metric(t, "ferry_cache_warmed_total", nil)
+	assert.GreaterOrEqual(t, warmed, n, "restart: each entry read from the index")
+	assert.Less(t, warmed, 1.05*n, "restart: few entries read from the index twice")
+	assert.Equal(t, n, m.metric(t, "ferry_cache_entries", nil))
+	assert.Less(t, m.metric(t, "ferry_cache_cold_entries", nil), n, "entries in use held whole")
 	assert.Positive(t, m.metric(t, "ferry_metadata_evictions_total", nil), "the names did not fit")
 	assert.Positive(t, m.metric(t, "ferry_fs_names_forgotten_total", nil), "nor did the inodes")
 	assert.Less(t, m.vmHWM(t), int64(128+256)<<20, "VmHWM")

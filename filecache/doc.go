@@ -23,10 +23,10 @@
 //
 // Open reads only each entry's access time and size (cold.go), from the
 // snapshot a clean Close wrote (snapshot.go) or else from the index: the
-// entries are queued cold, at about 100 bytes each, and read from the
+// entries are queued cold, at about 70 bytes each, and read from the
 // index, and checked, when first used (warmed). Entries idle beyond the
-// most recent 65,536 are cooled again after a commit. So a cache of 1.28M
-// objects costs about 120 MB of memory rather than a record each, and a
+// most recent 16,384 are cooled again after a commit. So a cache of 1.28M
+// objects costs about 100 MB of memory rather than a record each, and a
 // restart serves its first read before any record is read. Data files
 // that no entry claims are removed in the background after Open returns
 // (tidy.go). An index over 64 MiB is not checked whole at Open (that maps

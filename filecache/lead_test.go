@@ -110,11 +110,10 @@ func (r *leadReader) pass(t *testing.T, objs []Key) float64 {
 // epoch; ferry_cache_evicted_unread_bytes_total counts such entries.
 func TestReaderTrailingItsReadahead(t *testing.T) {
 	for _, tc := range []struct {
-		ratio  float64
-		base   float64 // objects fetched an epoch from epoch 2, no lead
-		lost   float64 // epoch 2, cache only
-		unread int64   // objects evicted unread over 5 epochs, cache only (at least)
-	}{{1.5, 34, 60, 120}, {3, 133, 250, 400}} {
+		ratio float64
+		base  float64 // objects fetched an epoch from epoch 2, no lead
+		lost  float64 // epoch 2, cache only
+	}{{1.5, 34, 60}, {3, 133, 250}} {
 		for _, mode := range []leadMode{storedAhead, cacheOnly} {
 			for _, lead := range []int{0, 4, 16} {
 				if lead == 0 && mode != storedAhead {
@@ -132,9 +131,14 @@ func TestReaderTrailingItsReadahead(t *testing.T) {
 					r.s.checkInvariants(t)
 					if mode == cacheOnly {
 						// (Later epochs vary: the shadows may
-						// see LRU ahead and switch.)
+						// see LRU ahead and switch. How many
+						// were evicted unread over the five
+						// varies with them: 247 in a CI run
+						// under load, 608-615 here.
+						// TestEvictedUnreadBytes counts them
+						// exactly.)
 						assert.GreaterOrEqual(t, got[1], tc.lost, "epoch 2")
-						assert.GreaterOrEqual(t, unread, tc.unread)
+						assert.Positive(t, unread)
 						return
 					}
 					assert.False(t, r.s.ins.lru, "scan-resistant mode")

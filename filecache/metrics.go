@@ -44,7 +44,7 @@ func (s *Store) registerMetrics() error {
 		counter("ferry_cache_spliced_bytes_total", "Of the bytes served from the local cache, those handed out to be sent from the cache file without ferry checking them again (spliced to the kernel, or copied where no pipe fits): blocks read and checked against their CRC32Cs earlier in the mount, in a file unchanged since.", s.splicedBytes.Load),
 		counter("ferry_cache_write_errors_total", "Failed writes to the cache directory.", s.writeErrors.Load),
 		gauge("ferry_cache_entries", "Object versions in the local cache.", func() int64 { return s.Stats().Entries }),
-		gauge("ferry_cache_cold_entries", "Of ferry_cache_entries, those held in memory as key and size only (not used since the mount, or idle beyond the most recent 65,536): read from the index when next used.", func() int64 { return s.Stats().ColdEntries }),
+		gauge("ferry_cache_cold_entries", "Of ferry_cache_entries, those held in memory as key and size only (not used since the mount, or idle beyond the most recent 16,384): read from the index when next used.", func() int64 { return s.Stats().ColdEntries }),
 		counter("ferry_cache_warmed_total", "Cold cache entries read from the index as they were first used.", s.warmed.Load),
 		gauge("ferry_cache_insertion_mode", "Where new cache entries enter once the cache is full: 1 scan-resistant (at the least recent end, one in 32 at the most recent: a dataset larger than the cache keeps a stable part), 0 LRU (at the most recent end). Chosen by which of the two would have hit more of late, simulated on a sample of the objects.", s.insertionMode),
 		counter("ferry_cache_insertion_switches_total", "Changes of ferry_cache_insertion_mode.", s.insertionStat(func(in *inserter) int64 { return in.switches })),
