@@ -60,8 +60,8 @@ type coldSlot struct {
 // is by the key's first 8 bytes: 16 bytes a key in a map instead of 36
 // (about 50 MB less at 1.28M objects), each hit checked against the
 // slot's whole key; the rare key whose first 8 bytes another queued key
-// has (one pair in about 10^7 among 1.28M keys) goes in a map of its
-// own. It is not safe for concurrent use: Store.mu guards it.
+// has (for 1.28M keys, a chance of about one in 20 million that any
+// two share them) goes in a map of its own. It is not safe for concurrent use: Store.mu guards it.
 type coldSet struct {
 	slots []coldSlot        // head first: least recent first
 	head  int               // slots before head are gone
