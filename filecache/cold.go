@@ -61,7 +61,8 @@ type coldSlot struct {
 // (about 50 MB less at 1.28M objects), each hit checked against the
 // slot's whole key; the rare key whose first 8 bytes another queued key
 // has (for 1.28M keys, a chance of about one in 20 million that any
-// two share them) goes in a map of its own. It is not safe for concurrent use: Store.mu guards it.
+// two share them) goes in a map of its own. It is not safe for
+// concurrent use: Store.mu guards it.
 type coldSet struct {
 	slots []coldSlot        // head first: least recent first
 	head  int               // slots before head are gone

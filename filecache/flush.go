@@ -248,16 +248,7 @@ func (s *Store) commitTx(dels [][]byte, puts []pendingPut) error {
 			eb, cb, ab := tx.Bucket(entriesBucket), tx.Bucket(chunksBucket), tx.Bucket(atimeBucket)
 			kb := tx.Bucket(checkedBucket)
 			for _, k := range dels {
-				if err := eb.Delete(k); err != nil {
-					return err
-				}
-				if err := ab.Delete(k); err != nil {
-					return err
-				}
-				if err := kb.Delete(k); err != nil {
-					return err
-				}
-				if err := deleteChunks(cb, k); err != nil {
+				if err := deleteEntryRows(tx, k); err != nil {
 					return err
 				}
 			}
@@ -441,7 +432,9 @@ func (s *Store) markBlocksDirtyLocked(e *entry, first, limit int64) {
 // for an index that holds none of them. LOCKS_REQUIRED(s.mu)
 func (s *Store) markAllDirtyLocked(e *entry) {
 	e.metaDirty = true
-	e.checkedDirty = e.checkedDirty || (e.verified != (fileStamp{}) && s.bootID != "")
+	if e.verified != (fileStamp{}) {
+		s.checkedDirtyLocked(e)
+	}
 	for c := int64(1); c < numChunks(e.nblocks); c++ {
 		if !chunkEmpty(e.present, e.nblocks, c) {
 			markChunkLocked(e, c)

@@ -234,7 +234,7 @@ func readIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 	}
 	if err == nil {
 		err = db.Update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket, checkedBucket} {
+			for _, b := range entryBuckets {
 				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 					return err
 				}
@@ -333,6 +333,20 @@ func (s *Store) readEntry(key string) (rec *record, lost int, verified fileStamp
 		})
 	})
 	return rec, lost, verified, err
+}
+
+// entryBuckets are the buckets that hold entries' rows, by entry key.
+var entryBuckets = [][]byte{entriesBucket, chunksBucket, atimeBucket, checkedBucket}
+
+// deleteEntryRows deletes every row of the entry key from tx: its record,
+// chunks, access time and check.
+func deleteEntryRows(tx *bolt.Tx, key []byte) error {
+	for _, b := range [][]byte{entriesBucket, atimeBucket, checkedBucket} {
+		if err := tx.Bucket(b).Delete(key); err != nil {
+			return err
+		}
+	}
+	return deleteChunks(tx.Bucket(chunksBucket), key)
 }
 
 // deleteChunks deletes every chunk of the entry key from cb. A key that

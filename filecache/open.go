@@ -305,7 +305,7 @@ func (s *Store) claimBlockSize() (emptied bool, err error) {
 			if v := mb.Get(blockSizeKey); v != nil && !bytes.Equal(v, want[:]) {
 				s.log.Info("cache block size changed: dropping the cache", "block_size", s.blockSize)
 				emptied = true
-				for _, b := range [][]byte{entriesBucket, chunksBucket, atimeBucket, checkedBucket} {
+				for _, b := range entryBuckets {
 					if err := tx.DeleteBucket(b); err != nil {
 						return err
 					}
@@ -341,16 +341,7 @@ func (s *Store) deleteRows(keys []string) error {
 	return guard(func() error {
 		return s.db.Update(func(tx *bolt.Tx) error {
 			for _, k := range keys {
-				if err := tx.Bucket(entriesBucket).Delete([]byte(k)); err != nil {
-					return err
-				}
-				if err := tx.Bucket(atimeBucket).Delete([]byte(k)); err != nil {
-					return err
-				}
-				if err := tx.Bucket(checkedBucket).Delete([]byte(k)); err != nil {
-					return err
-				}
-				if err := deleteChunks(tx.Bucket(chunksBucket), []byte(k)); err != nil {
+				if err := deleteEntryRows(tx, []byte(k)); err != nil {
 					return err
 				}
 			}
