@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -218,24 +219,27 @@ func (s *Store) lockLookupSum(obj Key, ck *coldKey) *entry {
 // Another warm of the same key, or an eviction, may come first: the
 // queue decides who had it.
 func (s *Store) warm(obj Key, key string, ck coldKey) {
-	rec, lost, verified, err := s.readEntry(key)
-	var st unix.Stat_t
-	serr := unix.Lstat(s.pathFor(key), &st)
+	rows, err := s.readEntry(key)
+	rec := rows.rec
+	f, allocated, serr := s.warmFile(key) // f is installed below
 	s.mu.Lock()
 	if s.closed || (err != nil && !errors.Is(err, errBadRecord) && !errors.Is(err, errIndexDamaged)) {
 		// The index is closed, not wrong: leave the entry as it is.
 		s.mu.Unlock()
+		closeIfOpen(f)
 		return
 	}
 	bytes, ok := s.cold.take(ck)
 	if !ok {
 		s.mu.Unlock()
+		closeIfOpen(f)
 		return
 	}
-	if err != nil || rec == nil || rec.blockSize != s.blockSize || serr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
+	if err != nil || rec == nil || rec.blockSize != s.blockSize || serr != nil ||
 		rec.name != obj.Name || rec.version != obj.Version || rec.size != obj.Size {
 		v := s.dropColdLocked(key, bytes)
 		s.mu.Unlock()
+		closeIfOpen(f)
 		s.finishEvictions([]*entry{v})
 		why := "no record"
 		switch {
@@ -244,8 +248,8 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		case rec == nil:
 		case rec.blockSize != s.blockSize:
 			why = "another block size"
-		case serr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG:
-			why = "data file missing"
+		case serr != nil:
+			why = "data file: " + serr.Error()
 		}
 		s.logOnce("stale entry", "cache: entries found unusable as they were first used are dropped (logged once)", "why", why)
 		return
@@ -253,16 +257,24 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 	e := &entry{
 		key: key, own: true, obj: obj, live: true,
 		nblocks: numBlocks(rec.size, rec.blockSize),
-		present: rec.present, crcs: rec.crcs, bytes: st.Blocks * 512,
+		present: rec.present, crcs: rec.crcs, bytes: allocated,
 		// Checked in this boot, by this process or an earlier one: good
 		// while the file shows this stamp (checked.go).
-		verified: verified,
+		verified: rows.verified, savedAtime: rows.atime, savedBytes: rows.bytes,
 	}
 	s.used += e.bytes - bytes
+	if e.bytes != e.savedBytes {
+		s.dirty[key] = e // its atime row says otherwise
+	}
 	e.elem = s.lru.PushFront(e)
 	s.entries[key] = e
 	s.byObj[obj] = e
-	if rec.format == recordV1 || lost > 0 {
+	var toClose []openFiles
+	if f != nil {
+		e.file, e.openElem = f, s.open.PushFront(e)
+		toClose = s.trimOpenLocked()
+	}
+	if rec.format == recordV1 || rows.lost > 0 {
 		// Written again, chunked, by the next commit; damaged chunks
 		// (their blocks absent now) deleted first.
 		e.resetChunks = numChunks(e.nblocks) > 1
@@ -277,6 +289,9 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		victims, _ = s.makeRoomLocked(0, e, 1<<62)
 	}
 	s.mu.Unlock()
+	for _, c := range toClose {
+		c.close()
+	}
 	s.finishEvictions(victims)
 	if s.warmed.Add(1)%releaseEvery == 0 {
 		// The records just read stay mapped until released: a
@@ -285,6 +300,27 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		// keep them from adding 160 MiB to ferry's RSS at 1.28M.
 		releaseIndexPages(s.liveDB.Load())
 	}
+}
+
+// warmFile opens the data file of key, for the warm to install, and
+// returns what it occupies. If it cannot be opened (no descriptor free,
+// its mode), the path is looked at instead, and the warm goes on without
+// it: only a file that is missing or not a regular file is an error,
+// which drops the entry.
+func (s *Store) warmFile(key string) (*os.File, int64, error) {
+	path := s.pathFor(key)
+	f, st, err := openDataFile(path)
+	if err == nil {
+		return f, st.Blocks * 512, nil
+	}
+	var lst unix.Stat_t
+	if err := unix.Lstat(path, &lst); err != nil {
+		return nil, 0, err
+	}
+	if lst.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, 0, errNotRegular
+	}
+	return nil, lst.Blocks * 512, nil
 }
 
 // releaseEvery warms, the index's pages are released (releaseIndexPages):

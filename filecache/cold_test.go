@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -418,3 +421,102 @@ func TestSnapshotAfterCleanClose(t *testing.T) {
 	assert.EqualValues(t, 1, s.Stats().Entries)
 	assert.True(t, readOK(t, s, c, 1))
 }
+
+// TestAtimeRowsKeptToTheHour: a use writes the entry's atime row again
+// only once the row is atimeGrain old, in the process that wrote it and
+// in the next (the warm reads the row).
+func TestAtimeRowsKeptToTheHour(t *testing.T) {
+	dir := t.TempDir()
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC).UnixNano())
+	var mu sync.Mutex
+	var atimes []int64 // the values of the atime rows put
+	h := hooks{now: clock.Load, indexPut: func(k, v []byte) {
+		if len(v) == atimeLen {
+			mu.Lock()
+			atimes = append(atimes, int64(binary.LittleEndian.Uint64(v)))
+			mu.Unlock()
+		}
+	}}
+	taken := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		a := atimes
+		atimes = nil
+		return a
+	}
+	at := func(s *Store, d time.Duration) []int64 {
+		t.Helper()
+		clock.Add(int64(d))
+		require.True(t, readOK(t, s, o1, 0))
+		require.NoError(t, s.flush())
+		return taken()
+	}
+
+	s := openT(t, Config{Dir: dir}, h)
+	require.Equal(t, 2, s.WriteBlocks(o1, 0, blocksData(o1, 0, 2, testBS)))
+	require.NoError(t, s.flush())
+	assert.Equal(t, []int64{clock.Load()}, taken(), "the write's row")
+	assert.Empty(t, at(s, time.Minute))
+	assert.Empty(t, at(s, 58*time.Minute))
+	use := clock.Load() + int64(2*time.Minute)
+	assert.Equal(t, []int64{use}, at(s, 2*time.Minute), "61 minutes on: the use's time")
+	require.NoError(t, s.Close())
+	taken()
+
+	s = openT(t, Config{Dir: dir}, h)
+	assert.Empty(t, at(s, 30*time.Minute), "the row read at the warm is half an hour old")
+	assert.Len(t, at(s, 31*time.Minute), 1)
+	require.NoError(t, s.Close())
+	taken()
+
+	// A clock set back by more than the grain writes the row too.
+	s = openT(t, Config{Dir: dir}, h)
+	assert.Len(t, at(s, -2*time.Hour), 1)
+	require.NoError(t, s.Close())
+	taken()
+
+	// A data file that grew since its row: the warm finds it, and the
+	// next commit writes the row, with its size, within the hour.
+	f, err := os.OpenFile(s.pathFor(s.keyFor(o1)), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write(make([]byte, 1<<20))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	s = openT(t, Config{Dir: dir}, h)
+	assert.Len(t, at(s, time.Minute), 1)
+	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
+	require.NoError(t, s.Close())
+}
+
+// TestWarmOpensTheDataFile: a warm opens the entry's data file for the
+// reads that follow; with no descriptor free it looks at the path
+// instead, and drops nothing.
+func TestWarmOpensTheDataFile(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	o2 := obj("o2", 2*testBS)
+	for _, o := range []Key{o1, o2} {
+		require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
+	}
+	require.NoError(t, s.Close())
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	require.True(t, s.HasBlock(o1, 1), "warmed")
+	require.NoError(t, os.Remove(s.pathFor(s.keyFor(o1))))
+	assert.True(t, readOK(t, s, o1, 0), "read from the file the warm opened")
+
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	low := lim
+	low.Cur = 0 // every open fails with EMFILE
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low))
+	warmed := s.HasBlock(o2, 1)
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim))
+	assert.True(t, warmed, "warmed without its file")
+	assert.EqualValues(t, 2, s.Stats().Entries, "nothing dropped")
+	assert.True(t, readOK(t, s, o2, 1))
+	require.NoError(t, s.Close())
+}
+
+var o1 = obj("o1", 2*testBS)

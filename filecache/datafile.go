@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // openFiles are an entry's file descriptors, closed together.
@@ -85,6 +87,18 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		e.resetChunks = numChunks(e.nblocks) > 1
 		s.markDirtyLocked(e, true)
 	}
+	toClose := s.trimOpenLocked()
+	s.mu.Unlock()
+	for _, c := range toClose {
+		c.close()
+	}
+	return f, nil
+}
+
+// trimOpenLocked detaches the least recently used unpinned data files
+// beyond maxOpen, for the caller to close outside the lock.
+// LOCKS_REQUIRED(s.mu)
+func (s *Store) trimOpenLocked() []openFiles {
 	var toClose []openFiles
 	for el := s.open.Back(); el != nil && s.open.Len() > s.hooks.maxOpen; {
 		o := el.Value.(*entry)
@@ -93,11 +107,38 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 			toClose = append(toClose, s.detachFileLocked(o))
 		}
 	}
-	s.mu.Unlock()
-	for _, c := range toClose {
-		c.close()
+	return toClose
+}
+
+// errNotRegular: an entry's data file is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// closeIfOpen closes f, if not nil.
+func closeIfOpen(f *os.File) {
+	if f != nil {
+		f.Close()
 	}
-	return f, nil
+}
+
+// openDataFile opens the data file at path as fileFor does, and stats
+// it: a warm needs both, and one walk of the path does for the two
+// (the cache's directories hold thousands of files each). Anything but a
+// regular file is refused.
+func openDataFile(path string) (*os.File, *unix.Stat_t, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.Close()
+		return nil, nil, errNotRegular
+	}
+	return f, &st, nil
 }
 
 // openedFile returns e's data file if it is open, else nil.

@@ -37,7 +37,8 @@ type pendingPut struct {
 	chunks []pendingChunk // other chunks changed, by number
 	reset  bool           // delete every chunk of key first
 	atime  [atimeLen]byte
-	// writeAtime: only the access time changed, or the entry is new.
+	// writeAtime: the atime row changed (access time, allocated bytes),
+	// or the entry is new.
 	writeAtime bool
 	// writeChecked: put checked (unsealed), or delete the row if nil.
 	writeChecked bool
@@ -135,9 +136,10 @@ func (s *Store) takePending() pendingCommit {
 			})
 		}
 		p.chunks = takeChunksLocked(e)
-		if e.atimeDirty || e.metaDirty {
+		if e.atimeDirty || e.metaDirty || e.bytes != e.savedBytes {
 			p.writeAtime = true
 			p.atime = encodeAtime(e.atime, e.bytes)
+			e.savedAtime, e.savedBytes = e.atime, e.bytes
 		}
 		if e.checkedDirty {
 			p.writeChecked, p.checked = true, s.takeCheckedLocked(e)

@@ -26,9 +26,10 @@ import (
 //	         boot (checked.go); only for files found good
 //	meta:    the block size
 //
-// Last access lives apart because every cache hit updates it: keeping it
-// out of the entry value means an epoch of reads rewrites 8 bytes per
-// object, not each object's bitmap and CRC array.
+// Last access lives apart because cache hits update it: keeping it out of
+// the entry value means a use rewrites 16 bytes per object, not each
+// object's bitmap and CRC array; and it is rewritten only once it is an
+// hour old (atimeGrain), or the file's size changed.
 var (
 	entriesBucket = []byte("entries")
 	atimeBucket   = []byte("atime")
@@ -293,15 +294,25 @@ func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
 	return rows, bad
 }
 
-// readEntry reads the record of key and its chunks from the index; nil
-// with no error if there is none. lost counts the chunks found damaged:
-// their blocks are absent, and the caller has them deleted. verified is
-// the stamp of the file's last check in this boot, if its checked row
-// has one (checked.go), else zero.
-func (s *Store) readEntry(key string) (rec *record, lost int, verified fileStamp, err error) {
+// entryRows is what readEntry read of an entry. lost counts the chunks
+// found damaged: their blocks are absent, and the caller has them
+// deleted. verified is the stamp of the file's last check in this boot,
+// if its checked row has one (checked.go), else zero. atime and bytes are
+// its atime row's (0 and -1 if it has none, or one without the size).
+type entryRows struct {
+	rec      *record
+	lost     int
+	verified fileStamp
+	atime    int64
+	bytes    int64
+}
+
+// readEntry reads the record of key, its chunks, checked and atime rows
+// from the index; a nil record with no error if there is none.
+func (s *Store) readEntry(key string) (r entryRows, err error) {
 	db := s.liveDB.Load() // not s.db: a commit may hold flushMu for a while
 	if db == nil {
-		return nil, 0, fileStamp{}, errIndexDamaged
+		return r, errIndexDamaged
 	}
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
@@ -310,12 +321,19 @@ func (s *Store) readEntry(key string) (rec *record, lost int, verified fileStamp
 			if v == nil {
 				return nil
 			}
-			var derr error
-			if rec, derr = decodeRecord(k, v); derr != nil {
+			rec, derr := decodeRecord(k, v)
+			if r.rec = rec; derr != nil {
 				return derr
 			}
 			if cv := tx.Bucket(checkedBucket).Get(k); cv != nil {
-				verified, _ = decodeChecked(k, cv, s.bootID, rec.size)
+				r.verified, _ = decodeChecked(k, cv, s.bootID, rec.size)
+			}
+			r.bytes = -1
+			if av := tx.Bucket(atimeBucket).Get(k); len(av) >= 8 {
+				r.atime = int64(binary.LittleEndian.Uint64(av))
+				if len(av) == atimeLen {
+					r.bytes = int64(binary.LittleEndian.Uint64(av[8:]))
+				}
 			}
 			n := numBlocks(rec.size, rec.blockSize)
 			if rec.format != recordV2 || numChunks(n) == 1 {
@@ -326,13 +344,13 @@ func (s *Store) readEntry(key string) (rec *record, lost int, verified fileStamp
 				i := int64(binary.BigEndian.Uint32(ck[len(k):]))
 				body, sealed := unseal(ck, cv)
 				if len(ck) != len(k)+4 || i == 0 || i >= numChunks(n) || !sealed || !readChunk(body, rec.present, rec.crcs, n, i) {
-					lost++
+					r.lost++
 				}
 			}
 			return nil
 		})
 	})
-	return rec, lost, verified, err
+	return r, err
 }
 
 // entryBuckets are the buckets that hold entries' rows, by entry key.

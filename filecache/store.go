@@ -130,6 +130,8 @@ type hooks struct {
 	// bootID, if set, replaces reading the machine's boot ID at Open
 	// (checked.go).
 	bootID func() string
+	// now, if set, replaces the clock of uses (unix nanoseconds).
+	now func() int64
 }
 
 // deletion tracks an evicted key until its file is unlinked AND the index
@@ -152,6 +154,11 @@ type entry struct {
 	crcs    []uint32 // GUARDED_BY(Store.mu); 0 where absent
 	bytes   int64    // GUARDED_BY(Store.mu); allocated on disk
 	atime   int64    // GUARDED_BY(Store.mu); unix nanos
+	// savedAtime and savedBytes are what the index's atime row holds
+	// (0 if unknown): the commit writes the row again when the bytes
+	// differ, or touchLocked found the access time atimeGrain old.
+	savedAtime int64 // GUARDED_BY(Store.mu)
+	savedBytes int64 // GUARDED_BY(Store.mu)
 	// fillEnd: until the store's traffic clock reaches it, a use of the
 	// entry is its own fill, not a reuse (insert.go).
 	fillEnd  int64         // GUARDED_BY(Store.mu)

@@ -299,6 +299,8 @@ func (s *Store) storedLocked(e *entry, w *blockWrite) (excess []*entry) {
 		s.unverifiedLocked(e)
 		s.markBlocksDirtyLocked(e, w.first, w.first+int64(w.stored))
 		s.dirtyBlocks += w.stored
+	} else if e.live && e.bytes != e.savedBytes {
+		s.dirty[e.key] = e // the atime row's size
 	}
 	return excess
 }
