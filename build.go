@@ -237,17 +237,22 @@ const heapOverhead = 64 << 20
 
 // heapOverBuffers is the least the runtime's limit gives over
 // --memory-limit: the 256 MiB over it that peak RSS stays within under
-// default settings, less 64 MiB that RSS holds outside the Go runtime's
-// count (the binary's pages, about 35 MiB, and the cache index's mapped
-// pages, released every 50 ms).
-const heapOverBuffers = 192 << 20
+// default settings, less outsideRuntime.
+const heapOverBuffers = 256<<20 - outsideRuntime
+
+// outsideRuntime is what peak RSS holds over the runtime's limit: the
+// binary's pages (about 30 MiB), the cache index's mapped pages (released
+// every 50 ms, up to 20 MiB) and the heap's overshoot of the limit, which
+// the runtime keeps only softly (up to 30 MiB with 1.28M files read by 8
+// readers).
+const outsideRuntime = 96 << 20
 
 // defaultMetadata is what --metadata-limit 0 (no bound) is taken as.
 const defaultMetadata = 256 << 20
 
 // limitHeap tells the Go runtime the memory budget: --memory-limit for
 // read buffers and heapOverBuffers besides, or --metadata-limit less
-// heapOverhead if that is more (a metadata limit raised past its default
+// outsideRuntime if that is more (a metadata limit raised past its default
 // raises the runtime's by as much). The metadata, the cache's entries and
 // the overhead share what is over --memory-limit with the buffers' unused
 // part: metadata fills up on trees of millions of names, whose small
@@ -271,7 +276,7 @@ func limitHeap(memoryLimit, metadataLimit int64, logger *slog.Logger) func(offHe
 	case os.Getenv("GOMEMLIMIT") != "":
 		base = debug.SetMemoryLimit(-1) // reads it
 	case memoryLimit > 0:
-		base = memoryLimit + max(heapOverBuffers, metadataLimit-heapOverhead)
+		base = memoryLimit + max(heapOverBuffers, metadataLimit-outsideRuntime)
 		debug.SetMemoryLimit(base)
 		logger.Debug("runtime memory limit set", "bytes", base)
 	default:
