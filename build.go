@@ -242,9 +242,9 @@ const heapOverBuffers = 256<<20 - outsideRuntime
 
 // outsideRuntime is what peak RSS holds over the runtime's limit: the
 // binary's pages (about 30 MiB), the cache index's mapped pages (released
-// every 50 ms, up to 20 MiB) and the heap's overshoot of the limit, which
-// the runtime keeps only softly (up to 30 MiB with 1.28M files read by 8
-// readers).
+// as they are read, up to about 25 MiB) and the heap's overshoot of the
+// limit, which the runtime keeps only softly (up to about 40 MiB with
+// 1.28M files read by 8 readers).
 const outsideRuntime = 96 << 20
 
 // defaultMetadata is what --metadata-limit 0 (no bound) is taken as.

@@ -164,7 +164,7 @@ func (s *Store) touchLocked(e *entry) {
 // Memory keeps the exact LRU order, and a clean Close writes it (the
 // snapshot); the atime rows order the entries only when Open has no
 // snapshot, after a crash. Written at every use, they cost an epoch of
-// 1.28M small files 1.28M random puts into the index, a third of ferry's
+// 1.28M small files 1.28M random puts into the index, a fifth of ferry's
 // CPU in bench scale's remount read; kept to the hour, as relatime keeps
 // a file system's, only the first use in an hour writes the row.
 const atimeGrain = time.Hour
