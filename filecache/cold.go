@@ -257,15 +257,12 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 	e := &entry{
 		key: key, own: true, obj: obj, live: true,
 		nblocks: numBlocks(rec.size, rec.blockSize),
-		present: rec.present, crcs: rec.crcs, bytes: allocated,
+		present: rec.present, crcs: rec.crcs, bytes: bytes,
 		// Checked in this boot, by this process or an earlier one: good
 		// while the file shows this stamp (checked.go).
 		verified: rows.verified, savedAtime: rows.atime, savedBytes: rows.bytes,
 	}
-	s.used += e.bytes - bytes
-	if e.bytes != e.savedBytes {
-		s.dirty[key] = e // its atime row says otherwise
-	}
+	s.allocatedLocked(e, allocated) // the file's, not the queue's count
 	e.elem = s.lru.PushFront(e)
 	s.entries[key] = e
 	s.byObj[obj] = e

@@ -78,8 +78,7 @@ func (s *Store) fileFor(e *entry, create bool) (*os.File, error) {
 		e.wantReadCheck, e.readCheck = false, nil
 		e.checked, e.checkedStamp = nil, fileStamp{}
 		s.unverifiedLocked(e)
-		s.used -= e.bytes
-		e.bytes = 0
+		s.allocatedLocked(e, 0)
 		// Every chunk is empty now: delete those the index holds, also
 		// where the old file showed no blocks allocated (a crash before
 		// its blocks reached the disk) while the index recorded some.

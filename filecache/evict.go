@@ -160,6 +160,17 @@ func (s *Store) touchLocked(e *entry) {
 	}
 }
 
+// allocatedLocked sets what e's data file occupies, in the store's count
+// too; if the index's atime row (which holds it) says otherwise, the next
+// commit writes the row. LOCKS_REQUIRED(s.mu)
+func (s *Store) allocatedLocked(e *entry, bytes int64) {
+	s.used += bytes - e.bytes
+	e.bytes = bytes
+	if e.live && bytes != e.savedBytes {
+		s.dirty[e.key] = e
+	}
+}
+
 // atimeGrain is how stale an entry's access time in the index may be.
 // Memory keeps the exact LRU order, and a clean Close writes it (the
 // snapshot); the atime rows order the entries only when Open has no

@@ -279,8 +279,7 @@ func (s *Store) storedLocked(e *entry, w *blockWrite) (excess []*entry) {
 		// are replaced by it). With writes in flight, their blocks
 		// may show in alloc while still counted in s.reserved.
 		grew := w.alloc - e.bytes
-		s.used += grew
-		e.bytes = w.alloc
+		s.allocatedLocked(e, w.alloc)
 		if grew > w.reserved {
 			// The file system took more than the data (an extent
 			// block): make room for the excess now.
@@ -290,8 +289,7 @@ func (s *Store) storedLocked(e *entry, w *blockWrite) (excess []*entry) {
 		// Charge our estimate for what we stored (nothing, if the
 		// file could not even be opened); the last write in flight
 		// settles it.
-		s.used += w.needs[w.stored]
-		e.bytes += w.needs[w.stored]
+		s.allocatedLocked(e, e.bytes+w.needs[w.stored])
 	}
 	if w.stored > 0 {
 		// Its file changed: a check of it no longer holds (nor would
@@ -299,8 +297,6 @@ func (s *Store) storedLocked(e *entry, w *blockWrite) (excess []*entry) {
 		s.unverifiedLocked(e)
 		s.markBlocksDirtyLocked(e, w.first, w.first+int64(w.stored))
 		s.dirtyBlocks += w.stored
-	} else if e.live && e.bytes != e.savedBytes {
-		s.dirty[e.key] = e // the atime row's size
 	}
 	return excess
 }
