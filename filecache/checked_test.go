@@ -3,7 +3,6 @@ package filecache
 import (
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,20 +235,14 @@ func TestCheckedRowsNotTrusted(t *testing.T) {
 // A check commits one small row: not the entry's record, not its chunks.
 // A block dropped deletes it.
 func TestCheckedCommitsOneRow(t *testing.T) {
-	var mu sync.Mutex
-	var rows []string // key, then the value's length
+	var log putLog
 	h := bootHooks("boot-1")
-	h.indexPut = func(k, v []byte) {
-		mu.Lock()
-		defer mu.Unlock()
-		rows = append(rows, fmt.Sprintf("%s %d", k, len(v)))
-	}
-	taken := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		r := rows
-		rows = nil
-		return r
+	h.indexPut = log.hook
+	taken := func() (rows []string) { // key, then the value's length
+		for _, p := range log.take() {
+			rows = append(rows, fmt.Sprintf("%s %d", p.key, len(p.val)))
+		}
+		return rows
 	}
 	s := openT(t, Config{Dir: t.TempDir()}, h)
 	o := obj("o", 2*chunkBlocks*testBS) // two chunks

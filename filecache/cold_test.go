@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -429,21 +428,15 @@ func TestAtimeRowsKeptToTheHour(t *testing.T) {
 	dir := t.TempDir()
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC).UnixNano())
-	var mu sync.Mutex
-	var atimes []int64 // the values of the atime rows put
-	h := hooks{now: clock.Load, indexPut: func(k, v []byte) {
-		if len(v) == atimeLen {
-			mu.Lock()
-			atimes = append(atimes, int64(binary.LittleEndian.Uint64(v)))
-			mu.Unlock()
+	var log putLog
+	h := hooks{now: clock.Load, indexPut: log.hook}
+	taken := func() (atimes []int64) { // the values of the atime rows put
+		for _, p := range log.take() {
+			if len(p.val) == atimeLen {
+				atimes = append(atimes, int64(binary.LittleEndian.Uint64(p.val)))
+			}
 		}
-	}}
-	taken := func() []int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		a := atimes
-		atimes = nil
-		return a
+		return atimes
 	}
 	at := func(s *Store, d time.Duration) []int64 {
 		t.Helper()

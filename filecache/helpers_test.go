@@ -1,6 +1,7 @@
 package filecache
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"hash/crc32"
@@ -296,4 +297,31 @@ func (s *Store) checkColdSlotLocked(t *testing.T, k coldKey, i int32) int64 {
 	i2, ok := s.cold.find(k)
 	assert.True(t, ok && i2 == i, "found where it is")
 	return sl.bytes
+}
+
+// putLog records the rows commits put in the index (hooks.indexPut)
+// until taken.
+type putLog struct {
+	mu   sync.Mutex
+	puts []loggedPut
+}
+
+type loggedPut struct {
+	key string
+	val []byte
+}
+
+func (l *putLog) hook(k, v []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.puts = append(l.puts, loggedPut{string(k), bytes.Clone(v)})
+}
+
+// take returns the rows put since the last take.
+func (l *putLog) take() []loggedPut {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.puts
+	l.puts = nil
+	return p
 }
