@@ -15,13 +15,17 @@ import (
 // blocks are waiting, until Close.
 func (s *Store) flusher() {
 	defer close(s.stopped)
-	t := time.NewTicker(flushInterval)
-	defer t.Stop()
+	tick := s.hooks.flushTick
+	if tick == nil {
+		t := time.NewTicker(flushInterval)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-s.done:
 			return
-		case <-t.C:
+		case <-tick:
 		case <-s.kick:
 		}
 		if err := s.flush(); err != nil {

@@ -127,6 +127,9 @@ type hooks struct {
 	// after each of its releases (index.go).
 	releaseTick <-chan time.Time
 	released    func()
+	// flushTick, if set, replaces flusher's ticker: a test that commits
+	// by itself then sees the same commits however long it runs.
+	flushTick <-chan time.Time
 	// bootID, if set, replaces reading the machine's boot ID at Open
 	// (checked.go).
 	bootID func() string
