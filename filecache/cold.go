@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"math"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,8 +14,9 @@ import (
 // Cold entries. Memory holds an entry whole (name, bitmap, CRCs, about
 // 700 bytes with its maps) only while it is in use: from its first use
 // in this process until it has been idle long enough to be put back
-// (cooled). Every other entry the index holds is cold: its key and size,
-// 40 bytes in a queue and about 40 in a map, so that a cache of 1.28M
+// (cooled). Every other entry the index holds is cold: its key, size and
+// the time in its atime row, 48 bytes in a queue and about 24 in a map
+// (TestColdEntryMemory), so that a cache of 1.28M
 // objects costs about 100 MB here rather than 900, and Open reads only
 // the entries' snapshot a clean Close left (snapshot.go) or the index's
 // access times (16 bytes an entry), not every record. A cold
@@ -51,10 +54,36 @@ func coldKeyOf(key string) (ck coldKey, ok bool) {
 func (ck coldKey) String() string { return hex.EncodeToString(ck[:]) }
 
 // coldSlot is one cold entry; bytes < 0 marks a slot whose entry left
-// the queue (warmed, evicted or dropped).
+// the queue (warmed, evicted or dropped). bytes and saved are what the
+// entry's atime row holds, so that a warm need not read the row to know
+// whether a use must write it again (touchLocked).
 type coldSlot struct {
 	key   coldKey
 	bytes int64
+	saved rowMinute
+}
+
+// rowMinute is an atime row's access time to the minute, rounded down
+// (minutes since the Unix epoch); 0 if unknown. Rounded down, it makes a
+// use write the row again up to a minute early, never late.
+type rowMinute int32
+
+// minuteOf is the rowMinute of an access time in unix nanoseconds.
+func minuteOf(ns int64) rowMinute {
+	m := ns / int64(time.Minute)
+	if m <= 0 || m > math.MaxInt32 {
+		return 0
+	}
+	return rowMinute(m)
+}
+
+// nanos is m in unix nanoseconds; unknown is far enough in the past that
+// the next use writes the row.
+func (m rowMinute) nanos() int64 {
+	if m == 0 {
+		return math.MinInt64 / 2
+	}
+	return int64(m) * int64(time.Minute)
 }
 
 // coldSet is the queue of cold entries with an index by key. The index
@@ -90,14 +119,14 @@ func (c *coldSet) has(k coldKey) bool {
 	return ok
 }
 
-// add queues k, of bytes allocated, as the most recent cold entry; k must
-// not be queued already.
-func (c *coldSet) add(k coldKey, bytes int64) {
+// add queues sl as the most recent cold entry; its key must not be
+// queued already.
+func (c *coldSet) add(sl coldSlot) {
 	if c.pos == nil {
 		c.pos = map[uint64]int32{}
 	}
-	c.setPos(k, int32(len(c.slots)))
-	c.slots = append(c.slots, coldSlot{key: k, bytes: bytes})
+	c.setPos(sl.key, int32(len(c.slots)))
+	c.slots = append(c.slots, sl)
 }
 
 // setPos records that k is at index i of slots: in pos unless another
@@ -114,12 +143,12 @@ func (c *coldSet) setPos(k coldKey, i int32) {
 	c.pos[sk] = i
 }
 
-// take removes k from the queue and returns its bytes, or false if k is
+// take removes k from the queue and returns its slot, or false if k is
 // not queued.
-func (c *coldSet) take(k coldKey) (int64, bool) {
+func (c *coldSet) take(k coldKey) (coldSlot, bool) {
 	i, ok := c.find(k)
 	if !ok {
-		return 0, false
+		return coldSlot{}, false
 	}
 	if _, inMore := c.more[k]; inMore {
 		delete(c.more, k)
@@ -134,10 +163,10 @@ func (c *coldSet) take(k coldKey) (int64, bool) {
 			}
 		}
 	}
-	b := c.slots[i].bytes
+	sl := c.slots[i]
 	c.slots[i].bytes = -1
 	c.compact()
-	return b, true
+	return sl, true
 }
 
 // oldest returns the least recent cold entry, if any.
@@ -160,22 +189,22 @@ func (c *coldSet) compact() {
 		return
 	}
 	live := make([]coldSlot, 0, n)
-	c.each(func(k coldKey, bytes int64) {
-		if _, inMore := c.more[k]; inMore {
-			c.more[k] = int32(len(live))
+	c.each(func(sl coldSlot) {
+		if _, inMore := c.more[sl.key]; inMore {
+			c.more[sl.key] = int32(len(live))
 		} else {
-			c.pos[k.short()] = int32(len(live))
+			c.pos[sl.key.short()] = int32(len(live))
 		}
-		live = append(live, coldSlot{key: k, bytes: bytes})
+		live = append(live, sl)
 	})
 	c.slots, c.head = live, 0
 }
 
 // each calls fn for every cold entry, least recent first.
-func (c *coldSet) each(fn func(k coldKey, bytes int64)) {
+func (c *coldSet) each(fn func(sl coldSlot)) {
 	for _, sl := range c.slots[c.head:] {
 		if sl.bytes >= 0 {
-			fn(sl.key, sl.bytes)
+			fn(sl)
 		}
 	}
 }
@@ -229,12 +258,13 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		closeIfOpen(f)
 		return
 	}
-	bytes, ok := s.cold.take(ck)
+	sl, ok := s.cold.take(ck)
 	if !ok {
 		s.mu.Unlock()
 		closeIfOpen(f)
 		return
 	}
+	bytes := sl.bytes
 	if err != nil || rec == nil || rec.blockSize != s.blockSize || serr != nil ||
 		rec.name != obj.Name || rec.version != obj.Version || rec.size != obj.Size {
 		v := s.dropColdLocked(key, bytes)
@@ -260,7 +290,7 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		present: rec.present, crcs: rec.crcs, bytes: bytes,
 		// Checked in this boot, by this process or an earlier one: good
 		// while the file shows this stamp (checked.go).
-		verified: rows.verified, savedAtime: rows.atime, savedBytes: rows.bytes,
+		verified: rows.verified, savedAtime: sl.saved.nanos(), savedBytes: bytes,
 	}
 	s.allocatedLocked(e, allocated) // the file's, not the queue's count
 	e.elem = s.lru.PushFront(e)
@@ -321,9 +351,9 @@ func (s *Store) warmFile(key string) (*os.File, int64, error) {
 }
 
 // releaseEvery warms, the index's pages are released (releaseIndexPages):
-// a warm reads its three rows at random places in the index, and each read
-// maps the 64 KiB of the page cache around it, so 32 warms leave up to 6
-// MiB mapped (128 left 24 MiB in a restarted epoch of 5,000 warms a
+// a warm reads two rows (the record, the check) at random places in the
+// index, and each read maps the 64 KiB of the page cache around it, so 32
+// warms leave up to 4 MiB mapped (128 left 24 MiB in a restarted epoch of 5,000 warms a
 // second). Each release costs the next warms the faults of the tree's
 // upper pages again, a few dozen.
 const releaseEvery = 32
@@ -348,9 +378,9 @@ func (s *Store) evictColdLocked() *entry {
 	if !ok {
 		return nil
 	}
-	bytes, _ := s.cold.take(ck)
+	sl, _ := s.cold.take(ck)
 	s.evictions.Add(1)
-	return s.dropColdLocked(ck.String(), bytes)
+	return s.dropColdLocked(ck.String(), sl.bytes)
 }
 
 // coolLocked puts the least recently used idle warm entries beyond
@@ -382,7 +412,7 @@ func (s *Store) coolLocked() []openFiles {
 		delete(s.entries, e.key)
 		delete(s.byObj, e.obj)
 		e.live, e.elem = false, nil
-		s.cold.add(ck, e.bytes)
+		s.cold.add(coldSlot{key: ck, bytes: e.bytes, saved: minuteOf(e.savedAtime)})
 		s.cooled.Add(1)
 	}
 	return files
