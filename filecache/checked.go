@@ -2,6 +2,7 @@ package filecache
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"os"
 )
@@ -18,6 +19,14 @@ import (
 // a reboot nothing is trusted: a reboot may follow a power cut, after
 // which a file may hold torn writes under a stamp that did not move.
 //
+//	checked/KEY   2, digest, seal
+//
+// The digest is the first 16 bytes of the SHA-256 of the boot ID and the
+// stamp (dev, inode, size, mtime and ctime): a warm has the file's stamp
+// from its open, and trusts the check if the two hash alike. Rows of the
+// first format, still read, held both in full (the boot ID as text),
+// which made the checked rows a third of a large index:
+//
 //	checked/KEY   1, boot ID, dev, inode, size, mtime and ctime (s, ns), seal
 //
 // The row lives apart from the entry's record (record.go) so that a check
@@ -30,6 +39,7 @@ var checkedBucket = []byte("checked")
 
 const (
 	checkedV1 = 1
+	checkedV2 = 2
 
 	// bootIDPath changes at every boot of the machine.
 	bootIDPath = "/proc/sys/kernel/random/boot_id"
@@ -45,34 +55,59 @@ func readBootID() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// checkedLen is a row's length after the boot ID, without its seal.
+// checkedLen is a first-format row's length after the boot ID, without
+// its seal.
 const checkedLen = 7 * 8
 
-// encodeChecked is the checked row of a file checked at st in boot, without
-// its seal (the commit adds it).
-func encodeChecked(boot string, st fileStamp) []byte {
-	buf := make([]byte, 0, 2+len(boot)+checkedLen+4)
-	buf = append(buf, checkedV1)
-	buf = binary.AppendUvarint(buf, uint64(len(boot)))
+// checkDigest is what a checked row keeps of a check: the digest of the
+// boot and the file's stamp then. The zero digest is no check.
+type checkDigest [16]byte
+
+// digestOf is the digest of a check of the file at st in boot.
+func digestOf(boot string, st fileStamp) (d checkDigest) {
+	buf := make([]byte, 0, len(boot)+checkedLen)
 	buf = append(buf, boot...)
 	for _, x := range []uint64{st.dev, st.ino, uint64(st.size),
 		uint64(st.mtime.Sec), uint64(st.mtime.Nsec), uint64(st.ctime.Sec), uint64(st.ctime.Nsec)} {
 		buf = binary.LittleEndian.AppendUint64(buf, x)
 	}
-	return buf
+	sum := sha256.Sum256(buf)
+	copy(d[:], sum[:])
+	return d
 }
 
-// decodeChecked returns the stamp the checked row v (sealed, under key)
-// records, if it is well formed, of boot (not empty) and of a file of
-// size bytes; otherwise false: the file counts as not checked.
-func decodeChecked(key, v []byte, boot string, size uint64) (fileStamp, bool) {
+// matches reports whether d is a check, in boot (not empty), of the data
+// file of an object of size bytes that now shows st.
+func (d checkDigest) matches(boot string, st fileStamp, size uint64) bool {
+	return d != checkDigest{} && boot != "" && st.size >= 0 && uint64(st.size) == size &&
+		digestOf(boot, st) == d
+}
+
+// encodeChecked is the checked row of a file checked at st in boot, without
+// its seal (the commit adds it).
+func encodeChecked(boot string, st fileStamp) []byte {
+	d := digestOf(boot, st)
+	return append([]byte{checkedV2}, d[:]...)
+}
+
+// decodeChecked returns the digest the checked row v (sealed, under key)
+// records, if it is well formed; one of the first format also only if it
+// is of boot and of a file of size bytes. Otherwise the zero digest: the
+// file counts as not checked.
+func decodeChecked(key, v []byte, boot string, size uint64) checkDigest {
 	body, ok := unseal(key, v)
-	if !ok || boot == "" || len(body) < 1 || body[0] != checkedV1 {
-		return fileStamp{}, false
+	if !ok || boot == "" || len(body) < 1 {
+		return checkDigest{}
+	}
+	switch {
+	case body[0] == checkedV2 && len(body) == 1+len(checkDigest{}):
+		return checkDigest(body[1:])
+	case body[0] != checkedV1:
+		return checkDigest{}
 	}
 	rr := &recordReader{v: body[1:], ok: true}
 	if rr.str() != boot || !rr.ok || len(rr.v) != checkedLen {
-		return fileStamp{}, false
+		return checkDigest{}
 	}
 	var x [7]uint64
 	for i := range x {
@@ -82,9 +117,9 @@ func decodeChecked(key, v []byte, boot string, size uint64) (fileStamp, bool) {
 	st.mtime.Sec, st.mtime.Nsec = int64(x[3]), int64(x[4])
 	st.ctime.Sec, st.ctime.Nsec = int64(x[5]), int64(x[6])
 	if st.size < 0 || uint64(st.size) != size || st == (fileStamp{}) {
-		return fileStamp{}, false
+		return checkDigest{}
 	}
-	return st, true
+	return digestOf(boot, st)
 }
 
 // verifiedLocked records that e's data file was found whole and good while

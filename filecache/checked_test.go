@@ -1,6 +1,7 @@
 package filecache
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -178,33 +179,51 @@ func TestCheckedAcrossRestartCorruptByte(t *testing.T) {
 
 // Rows that are not a check of this file in this boot count as none: no
 // row (an index written before the rows), a damaged one, one of another
-// format, one for another size, one cut short.
+// format, one cut short, one of another stamp or boot, and rows of the
+// first format for another size or boot. A row of the first format for
+// this file in this boot is a check.
 func TestCheckedRowsNotTrusted(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		edit func(k, v []byte) []byte // nil: delete the row
+		name    string
+		row     func(k []byte, st fileStamp) []byte // nil: delete the bucket; nil row: delete the row
+		trusted bool
 	}{
-		{"no row", func(k, v []byte) []byte { return nil }},
-		{"no bucket", nil},
-		{"damaged", func(k, v []byte) []byte { v[len(v)/2] ^= 1; return v }},
-		{"another format", func(k, v []byte) []byte {
-			body, _ := unseal(k, v)
-			body[0] = 2
+		{"no row", func([]byte, fileStamp) []byte { return nil }, false},
+		{"no bucket", nil, false},
+		{"damaged", func(k []byte, st fileStamp) []byte {
+			v := seal(k, encodeChecked("boot-1", st))
+			v[len(v)/2] ^= 1
+			return v
+		}, false},
+		{"another format", func(k []byte, st fileStamp) []byte {
+			body := encodeChecked("boot-1", st)
+			body[0] = 3
 			return seal(k, body)
-		}},
-		{"cut short", func(k, v []byte) []byte {
-			body, _ := unseal(k, v)
+		}, false},
+		{"cut short", func(k []byte, st fileStamp) []byte {
+			body := encodeChecked("boot-1", st)
 			return seal(k, body[:len(body)-8])
-		}},
-		{"another size", func(k, v []byte) []byte {
-			body, _ := unseal(k, v)
-			body[len(body)-checkedLen+16]++ // the size's low byte
-			return seal(k, body)
-		}},
-		{"another key's", func(k, v []byte) []byte {
-			body, _ := unseal(k, v)
-			return seal([]byte("another key"), body)
-		}},
+		}, false},
+		{"another stamp", func(k []byte, st fileStamp) []byte {
+			st.ctime.Nsec++
+			return seal(k, encodeChecked("boot-1", st))
+		}, false},
+		{"another boot", func(k []byte, st fileStamp) []byte {
+			return seal(k, encodeChecked("boot-0", st))
+		}, false},
+		{"another key's", func(_ []byte, st fileStamp) []byte {
+			return seal([]byte("another key"), encodeChecked("boot-1", st))
+		}, false},
+		{"first format", func(k []byte, st fileStamp) []byte {
+			return seal(k, encodeCheckedV1("boot-1", st))
+		}, true},
+		{"first format, another size", func(k []byte, st fileStamp) []byte {
+			st.size++
+			return seal(k, encodeCheckedV1("boot-1", st))
+		}, false},
+		{"first format, another boot", func(k []byte, st fileStamp) []byte {
+			return seal(k, encodeCheckedV1("boot-0", st))
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openT(t, Config{Dir: t.TempDir()}, bootHooks("boot-1"))
@@ -212,24 +231,45 @@ func TestCheckedRowsNotTrusted(t *testing.T) {
 			checkedByReads(t, s, o)
 			require.NoError(t, s.Close())
 			key := []byte(s.keyFor(o))
+			f, err := os.Open(s.pathFor(string(key)))
+			require.NoError(t, err)
+			st, err := stampOf(f)
+			require.NoError(t, f.Close())
+			require.NoError(t, err)
 			editIndex(t, s.root, func(tx *bolt.Tx) error {
-				if tc.edit == nil {
+				if tc.row == nil {
 					return tx.DeleteBucket(checkedBucket)
 				}
 				kb := tx.Bucket(checkedBucket)
-				v := kb.Get(key)
-				require.NotNil(t, v)
-				if v = tc.edit(key, append([]byte(nil), v...)); v == nil {
-					return kb.Delete(key)
+				require.NotNil(t, kb.Get(key))
+				if v := tc.row(key, st); v != nil {
+					return kb.Put(key, v)
 				}
-				return kb.Put(key, v)
+				return kb.Delete(key)
 			})
 			s = openT(t, Config{Dir: s.root}, bootHooks("boot-1"))
-			assert.False(t, isChecked(t, s, o))
+			assert.Equal(t, tc.trusted, isChecked(t, s, o))
 			assert.True(t, wholeOK(t, s, o))
-			assert.EqualValues(t, 1, s.Stats().WholeChecks)
+			checks := 1
+			if tc.trusted {
+				checks = 0
+			}
+			assert.EqualValues(t, checks, s.Stats().WholeChecks)
 		})
 	}
+}
+
+// encodeCheckedV1 is a checked row of the first format, as an older ferry
+// wrote it, without its seal.
+func encodeCheckedV1(boot string, st fileStamp) []byte {
+	buf := []byte{checkedV1}
+	buf = binary.AppendUvarint(buf, uint64(len(boot)))
+	buf = append(buf, boot...)
+	for _, x := range []uint64{st.dev, st.ino, uint64(st.size),
+		uint64(st.mtime.Sec), uint64(st.mtime.Nsec), uint64(st.ctime.Sec), uint64(st.ctime.Nsec)} {
+		buf = binary.LittleEndian.AppendUint64(buf, x)
+	}
+	return buf
 }
 
 // A check commits one small row: not the entry's record, not its chunks.

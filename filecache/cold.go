@@ -250,7 +250,7 @@ func (s *Store) lockLookupSum(obj Key, ck *coldKey) *entry {
 func (s *Store) warm(obj Key, key string, ck coldKey) {
 	rows, err := s.readEntry(key)
 	rec := rows.rec
-	f, allocated, serr := s.warmFile(key) // f is installed below
+	f, st, serr := s.warmFile(key) // f is installed below
 	s.mu.Lock()
 	if s.closed || (err != nil && !errors.Is(err, errBadRecord) && !errors.Is(err, errIndexDamaged)) {
 		// The index is closed, not wrong: leave the entry as it is.
@@ -290,9 +290,12 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		present: rec.present, crcs: rec.crcs, bytes: bytes,
 		// Checked in this boot, by this process or an earlier one: good
 		// while the file shows this stamp (checked.go).
-		verified: rows.verified, savedAtime: sl.saved.nanos(), savedBytes: bytes,
+		savedAtime: sl.saved.nanos(), savedBytes: bytes,
 	}
-	s.allocatedLocked(e, allocated) // the file's, not the queue's count
+	if stamp := stampFromUnix(st); rows.checked.matches(s.bootID, stamp, rec.size) {
+		e.verified = stamp
+	}
+	s.allocatedLocked(e, st.Blocks*512) // the file's, not the queue's count
 	e.elem = s.lru.PushFront(e)
 	s.entries[key] = e
 	s.byObj[obj] = e
@@ -330,32 +333,32 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 }
 
 // warmFile opens the data file of key, for the warm to install, and
-// returns what it occupies. If it cannot be opened (no descriptor free,
+// returns its attributes. If it cannot be opened (no descriptor free,
 // its mode), the path is looked at instead, and the warm goes on without
 // it: only a file that is missing or not a regular file is an error,
 // which drops the entry.
-func (s *Store) warmFile(key string) (*os.File, int64, error) {
+func (s *Store) warmFile(key string) (*os.File, *unix.Stat_t, error) {
 	path := s.pathFor(key)
 	f, st, err := openDataFile(path)
 	if err == nil {
-		return f, st.Blocks * 512, nil
+		return f, st, nil
 	}
 	var lst unix.Stat_t
 	if err := unix.Lstat(path, &lst); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	if lst.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, 0, errNotRegular
+		return nil, nil, errNotRegular
 	}
-	return nil, lst.Blocks * 512, nil
+	return nil, &lst, nil
 }
 
 // releaseEvery warms, the index's pages are released (releaseIndexPages):
 // a warm reads two rows (the record, the check) at random places in the
-// index, and each read maps the 64 KiB of the page cache around it, so 32
-// warms leave up to 4 MiB mapped (128 left 24 MiB in a restarted epoch of 5,000 warms a
-// second). Each release costs the next warms the faults of the tree's
-// upper pages again, a few dozen.
+// index, and each read maps the 64 KiB of the page cache around it, so
+// 32 warms leave up to 4 MiB mapped (128 warms of three rows left 24 MiB
+// in a restarted epoch of 5,000 warms a second). Each release costs the
+// next warms the faults of the tree's upper pages again, a few dozen.
 const releaseEvery = 32
 
 // dropColdLocked removes the cold entry key, of bytes, as an eviction

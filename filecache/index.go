@@ -22,8 +22,8 @@ import (
 //	entries: name, version, size, block size, chunk 0 of bitmap and CRCs
 //	chunks:  the other chunks, keyed by entry key and chunk number
 //	atime:   last access, unix nanoseconds, and allocated bytes (16 bytes)
-//	checked: the data file's stamp when it was last found good, and the
-//	         boot (checked.go); only for files found good
+//	checked: a digest of the boot and the data file's stamp when it was
+//	         last found good (checked.go); only for files found good
 //	meta:    the block size
 //
 // Last access lives apart because cache hits update it: keeping it out of
@@ -298,12 +298,12 @@ func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
 
 // entryRows is what readEntry read of an entry. lost counts the chunks
 // found damaged: their blocks are absent, and the caller has them
-// deleted. verified is the stamp of the file's last check in this boot,
+// deleted. checked is the digest of the file's last check in this boot,
 // if its checked row has one (checked.go), else zero.
 type entryRows struct {
-	rec      *record
-	lost     int
-	verified fileStamp
+	rec     *record
+	lost    int
+	checked checkDigest
 }
 
 // readEntry reads the record of key, its chunks and checked row from the
@@ -326,7 +326,7 @@ func (s *Store) readEntry(key string) (r entryRows, err error) {
 				return derr
 			}
 			if cv := tx.Bucket(checkedBucket).Get(k); cv != nil {
-				r.verified, _ = decodeChecked(k, cv, s.bootID, rec.size)
+				r.checked = decodeChecked(k, cv, s.bootID, rec.size)
 			}
 			n := numBlocks(rec.size, rec.blockSize)
 			if rec.format != recordV2 || numChunks(n) == 1 {

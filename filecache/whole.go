@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"ferry/ranges"
 )
 
@@ -28,6 +30,12 @@ func stampOf(f *os.File) (fileStamp, error) {
 
 func stampFrom(st *syscall.Stat_t) fileStamp {
 	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+func stampFromUnix(st *unix.Stat_t) fileStamp {
+	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size,
+		mtime: syscall.Timespec{Sec: st.Mtim.Sec, Nsec: st.Mtim.Nsec},
+		ctime: syscall.Timespec{Sec: st.Ctim.Sec, Nsec: st.Ctim.Nsec}}
 }
 
 // wholeBufs are Check's read buffers: 256 KiB, so that the bytes the CRC
