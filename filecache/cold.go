@@ -4,9 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"math"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,9 +12,8 @@ import (
 // Cold entries. Memory holds an entry whole (name, bitmap, CRCs, about
 // 700 bytes with its maps) only while it is in use: from its first use
 // in this process until it has been idle long enough to be put back
-// (cooled). Every other entry the index holds is cold: its key, size and
-// the time in its atime row, 48 bytes in a queue and about 24 in a map
-// (TestColdEntryMemory), so that a cache of 1.28M
+// (cooled). Every other entry the index holds is cold: its key and size,
+// 40 bytes in a queue and about 40 in a map, so that a cache of 1.28M
 // objects costs about 100 MB here rather than 900, and Open reads only
 // the entries' snapshot a clean Close left (snapshot.go) or the index's
 // access times (16 bytes an entry), not every record. A cold
@@ -54,36 +51,10 @@ func coldKeyOf(key string) (ck coldKey, ok bool) {
 func (ck coldKey) String() string { return hex.EncodeToString(ck[:]) }
 
 // coldSlot is one cold entry; bytes < 0 marks a slot whose entry left
-// the queue (warmed, evicted or dropped). bytes and saved are what the
-// entry's atime row holds, so that a warm need not read the row to know
-// whether a use must write it again (touchLocked).
+// the queue (warmed, evicted or dropped).
 type coldSlot struct {
 	key   coldKey
 	bytes int64
-	saved rowMinute
-}
-
-// rowMinute is an atime row's access time to the minute, rounded down
-// (minutes since the Unix epoch); 0 if unknown. Rounded down, it makes a
-// use write the row again up to a minute early, never late.
-type rowMinute int32
-
-// minuteOf is the rowMinute of an access time in unix nanoseconds.
-func minuteOf(ns int64) rowMinute {
-	m := ns / int64(time.Minute)
-	if m <= 0 || m > math.MaxInt32 {
-		return 0
-	}
-	return rowMinute(m)
-}
-
-// nanos is m in unix nanoseconds; unknown is far enough in the past that
-// the next use writes the row.
-func (m rowMinute) nanos() int64 {
-	if m == 0 {
-		return math.MinInt64 / 2
-	}
-	return int64(m) * int64(time.Minute)
 }
 
 // coldSet is the queue of cold entries with an index by key. The index
@@ -119,14 +90,14 @@ func (c *coldSet) has(k coldKey) bool {
 	return ok
 }
 
-// add queues sl as the most recent cold entry; its key must not be
-// queued already.
-func (c *coldSet) add(sl coldSlot) {
+// add queues k, of bytes allocated, as the most recent cold entry; k must
+// not be queued already.
+func (c *coldSet) add(k coldKey, bytes int64) {
 	if c.pos == nil {
 		c.pos = map[uint64]int32{}
 	}
-	c.setPos(sl.key, int32(len(c.slots)))
-	c.slots = append(c.slots, sl)
+	c.setPos(k, int32(len(c.slots)))
+	c.slots = append(c.slots, coldSlot{key: k, bytes: bytes})
 }
 
 // setPos records that k is at index i of slots: in pos unless another
@@ -143,12 +114,12 @@ func (c *coldSet) setPos(k coldKey, i int32) {
 	c.pos[sk] = i
 }
 
-// take removes k from the queue and returns its slot, or false if k is
+// take removes k from the queue and returns its bytes, or false if k is
 // not queued.
-func (c *coldSet) take(k coldKey) (coldSlot, bool) {
+func (c *coldSet) take(k coldKey) (int64, bool) {
 	i, ok := c.find(k)
 	if !ok {
-		return coldSlot{}, false
+		return 0, false
 	}
 	if _, inMore := c.more[k]; inMore {
 		delete(c.more, k)
@@ -163,10 +134,10 @@ func (c *coldSet) take(k coldKey) (coldSlot, bool) {
 			}
 		}
 	}
-	sl := c.slots[i]
+	b := c.slots[i].bytes
 	c.slots[i].bytes = -1
 	c.compact()
-	return sl, true
+	return b, true
 }
 
 // oldest returns the least recent cold entry, if any.
@@ -189,22 +160,22 @@ func (c *coldSet) compact() {
 		return
 	}
 	live := make([]coldSlot, 0, n)
-	c.each(func(sl coldSlot) {
-		if _, inMore := c.more[sl.key]; inMore {
-			c.more[sl.key] = int32(len(live))
+	c.each(func(k coldKey, bytes int64) {
+		if _, inMore := c.more[k]; inMore {
+			c.more[k] = int32(len(live))
 		} else {
-			c.pos[sl.key.short()] = int32(len(live))
+			c.pos[k.short()] = int32(len(live))
 		}
-		live = append(live, sl)
+		live = append(live, coldSlot{key: k, bytes: bytes})
 	})
 	c.slots, c.head = live, 0
 }
 
 // each calls fn for every cold entry, least recent first.
-func (c *coldSet) each(fn func(sl coldSlot)) {
+func (c *coldSet) each(fn func(k coldKey, bytes int64)) {
 	for _, sl := range c.slots[c.head:] {
 		if sl.bytes >= 0 {
-			fn(sl)
+			fn(sl.key, sl.bytes)
 		}
 	}
 }
@@ -258,13 +229,12 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		closeIfOpen(f)
 		return
 	}
-	sl, ok := s.cold.take(ck)
+	bytes, ok := s.cold.take(ck)
 	if !ok {
 		s.mu.Unlock()
 		closeIfOpen(f)
 		return
 	}
-	bytes := sl.bytes
 	if err != nil || rec == nil || rec.blockSize != s.blockSize || serr != nil ||
 		rec.name != obj.Name || rec.version != obj.Version || rec.size != obj.Size {
 		v := s.dropColdLocked(key, bytes)
@@ -288,10 +258,10 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		key: key, own: true, obj: obj, live: true,
 		nblocks: numBlocks(rec.size, rec.blockSize),
 		present: rec.present, crcs: rec.crcs, bytes: bytes,
-		// Checked in this boot, by this process or an earlier one: good
-		// while the file shows this stamp (checked.go).
-		savedAtime: sl.saved.nanos(), savedBytes: bytes,
+		savedAtime: rows.atime, savedBytes: rows.bytes,
 	}
+	// Checked in this boot, by this process or an earlier one: good while
+	// the file shows this stamp (checked.go).
 	if stamp := stampFromUnix(st); rows.checked.matches(s.bootID, stamp, rec.size) {
 		e.verified = stamp
 	}
@@ -354,11 +324,11 @@ func (s *Store) warmFile(key string) (*os.File, *unix.Stat_t, error) {
 }
 
 // releaseEvery warms, the index's pages are released (releaseIndexPages):
-// a warm reads two rows (the record, the check) at random places in the
-// index, and each read maps the 64 KiB of the page cache around it, so
-// 32 warms leave up to 4 MiB mapped (128 warms of three rows left 24 MiB
-// in a restarted epoch of 5,000 warms a second). Each release costs the
-// next warms the faults of the tree's upper pages again, a few dozen.
+// a warm reads its three rows at random places in the index, and each read
+// maps the 64 KiB of the page cache around it, so 32 warms leave up to 6
+// MiB mapped (128 left 24 MiB in a restarted epoch of 5,000 warms a
+// second). Each release costs the next warms the faults of the tree's
+// upper pages again, a few dozen.
 const releaseEvery = 32
 
 // dropColdLocked removes the cold entry key, of bytes, as an eviction
@@ -381,9 +351,9 @@ func (s *Store) evictColdLocked() *entry {
 	if !ok {
 		return nil
 	}
-	sl, _ := s.cold.take(ck)
+	bytes, _ := s.cold.take(ck)
 	s.evictions.Add(1)
-	return s.dropColdLocked(ck.String(), sl.bytes)
+	return s.dropColdLocked(ck.String(), bytes)
 }
 
 // coolLocked puts the least recently used idle warm entries beyond
@@ -415,7 +385,7 @@ func (s *Store) coolLocked() []openFiles {
 		delete(s.entries, e.key)
 		delete(s.byObj, e.obj)
 		e.live, e.elem = false, nil
-		s.cold.add(coldSlot{key: ck, bytes: e.bytes, saved: minuteOf(e.savedAtime)})
+		s.cold.add(ck, e.bytes)
 		s.cooled.Add(1)
 	}
 	return files

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -199,7 +198,7 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 	a, b, d := key(1, 1), key(1, 2), key(1, 3)
 	other := key(2, 1)
 	for i, k := range []coldKey{a, b, other, d} {
-		c.add(coldSlot{key: k, bytes: int64(i + 1), saved: rowMinute(i + 10)})
+		c.add(k, int64(i+1))
 	}
 	require.Equal(t, 4, c.len())
 	assert.Len(t, c.more, 2, "b and d share a's short key")
@@ -208,9 +207,9 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 	}
 	assert.False(t, c.has(key(1, 4)), "a short key's match is checked whole")
 
-	sl, ok := c.take(a)
+	bytes, ok := c.take(a)
 	require.True(t, ok)
-	assert.Equal(t, coldSlot{key: a, bytes: 1, saved: 10}, sl)
+	assert.EqualValues(t, 1, bytes)
 	assert.False(t, c.has(a))
 	assert.True(t, c.has(b) && c.has(d), "the others stay found when a leaves pos")
 	assert.Len(t, c.more, 1, "one of them took a's place")
@@ -222,12 +221,12 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 	for i := range 3000 {
 		k := key(3, byte(i))
 		k[30] = byte(i >> 8)
-		c.add(coldSlot{key: k, bytes: 1})
+		c.add(k, 1)
 		_, ok := c.take(k)
 		require.True(t, ok)
 	}
 	var order []coldKey
-	c.each(func(sl coldSlot) { order = append(order, sl.key) })
+	c.each(func(k coldKey, _ int64) { order = append(order, k) })
 	assert.Equal(t, []coldKey{b, other, d}, order)
 	assert.Less(t, len(c.slots), 3000, "compacted")
 	for _, k := range order {
@@ -424,10 +423,7 @@ func TestSnapshotAfterCleanClose(t *testing.T) {
 
 // TestAtimeRowsKeptToTheHour: a use writes the entry's atime row again
 // only once the row is atimeGrain old, in the process that wrote it and
-// in the next, whether that one read the snapshot or, after a crash, the
-// index (the cold queue keeps the row's time: the warm does not read
-// the row). A snapshot of the previous format has no times: the first
-// use writes the row.
+// in the next (the warm reads the row).
 func TestAtimeRowsKeptToTheHour(t *testing.T) {
 	dir := t.TempDir()
 	var clock atomic.Int64
@@ -462,25 +458,8 @@ func TestAtimeRowsKeptToTheHour(t *testing.T) {
 	taken()
 
 	s = openT(t, Config{Dir: dir}, h)
-	require.True(t, s.fromSnapshot)
-	assert.Empty(t, at(s, 30*time.Minute), "the row is half an hour old")
+	assert.Empty(t, at(s, 30*time.Minute), "the row read at the warm is half an hour old")
 	assert.Len(t, at(s, 31*time.Minute), 1)
-	require.NoError(t, s.Close())
-	taken()
-
-	require.NoError(t, os.Remove(filepath.Join(s.dir, snapshotName))) // as after a crash
-	s = openT(t, Config{Dir: dir}, h)
-	require.False(t, s.fromSnapshot)
-	assert.Empty(t, at(s, 59*time.Minute), "the row is 59 minutes old")
-	assert.Len(t, at(s, 2*time.Minute), 1)
-	require.NoError(t, s.Close())
-	taken()
-
-	snapshotV1(t, filepath.Join(s.dir, snapshotName))
-	s = openT(t, Config{Dir: dir}, h)
-	require.True(t, s.fromSnapshot)
-	assert.Len(t, at(s, time.Minute), 1, "no time in the snapshot")
-	assert.Empty(t, at(s, time.Minute))
 	require.NoError(t, s.Close())
 	taken()
 
@@ -501,24 +480,6 @@ func TestAtimeRowsKeptToTheHour(t *testing.T) {
 	assert.Len(t, at(s, time.Minute), 1)
 	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
 	require.NoError(t, s.Close())
-}
-
-// snapshotV1 rewrites the snapshot at path in the previous format, as an
-// older ferry wrote it: rows without the access time.
-func snapshotV1(t *testing.T, path string) {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.Equal(t, snapshotMagic, raw[:8])
-	n := int(binary.LittleEndian.Uint64(raw[16:]))
-	require.Len(t, raw, 24+n*snapshotRow+4)
-	out := append(slices.Clone(snapshotMagicV1), raw[8:24]...)
-	for i := range n {
-		row := raw[24+i*snapshotRow:]
-		out = append(out, row[:snapshotRowV1]...)
-	}
-	out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
-	require.NoError(t, os.WriteFile(path, out, 0o600))
 }
 
 // TestWarmOpensTheDataFile: a warm opens the entry's data file for the

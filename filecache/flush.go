@@ -400,8 +400,8 @@ func (s *Store) rebuildIndex(why error) error {
 	// unlinked in the background (deleting keeps their keys from being
 	// written again until then).
 	var cold []*entry
-	s.cold.each(func(sl coldSlot) {
-		cold = append(cold, s.dropColdLocked(sl.key.String(), sl.bytes))
+	s.cold.each(func(k coldKey, bytes int64) {
+		cold = append(cold, s.dropColdLocked(k.String(), bytes))
 	})
 	s.cold = coldSet{}
 	if len(cold) > 0 {

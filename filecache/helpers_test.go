@@ -281,7 +281,7 @@ func (s *Store) checkColdLocked(t *testing.T) (sum int64) {
 		sum += s.checkColdSlotLocked(t, k, i)
 	}
 	live := 0
-	s.cold.each(func(coldSlot) { live++ })
+	s.cold.each(func(coldKey, int64) { live++ })
 	assert.Equal(t, live, n, "every queued slot indexed")
 	return sum
 }

@@ -42,9 +42,8 @@ var (
 // coldRow is one entry as Open reads it: from the atime bucket alone.
 type coldRow struct {
 	key   coldKey
-	atime int64     // the row's, or the snapshot's rank
-	saved rowMinute // the row's access time
-	bytes int64     // allocated; -1 if the row predates them (8 bytes)
+	atime int64
+	bytes int64 // allocated; -1 if the row predates them (8 bytes)
 }
 
 // loadedIndex is what Open reads of the index: every entry's key, size
@@ -286,7 +285,6 @@ func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
 		r := coldRow{key: ck, bytes: -1}
 		if len(v) >= 8 {
 			r.atime = int64(binary.LittleEndian.Uint64(v))
-			r.saved = minuteOf(r.atime)
 		}
 		if len(v) == atimeLen {
 			r.bytes = min(int64(binary.LittleEndian.Uint64(v[8:])), 1<<62)
@@ -299,16 +297,18 @@ func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
 // entryRows is what readEntry read of an entry. lost counts the chunks
 // found damaged: their blocks are absent, and the caller has them
 // deleted. checked is the digest of the file's last check in this boot,
-// if its checked row has one (checked.go), else zero.
+// if its checked row has one (checked.go), else zero. atime and bytes are
+// its atime row's (0 and -1 if it has none, or one without the size).
 type entryRows struct {
 	rec     *record
 	lost    int
 	checked checkDigest
+	atime   int64
+	bytes   int64
 }
 
-// readEntry reads the record of key, its chunks and checked row from the
-// index; a nil record with no error if there is none. Its atime row is
-// not read: the cold queue has what it holds (coldSlot).
+// readEntry reads the record of key, its chunks, checked and atime rows
+// from the index; a nil record with no error if there is none.
 func (s *Store) readEntry(key string) (r entryRows, err error) {
 	db := s.liveDB.Load() // not s.db: a commit may hold flushMu for a while
 	if db == nil {
@@ -327,6 +327,13 @@ func (s *Store) readEntry(key string) (r entryRows, err error) {
 			}
 			if cv := tx.Bucket(checkedBucket).Get(k); cv != nil {
 				r.checked = decodeChecked(k, cv, s.bootID, rec.size)
+			}
+			r.bytes = -1
+			if av := tx.Bucket(atimeBucket).Get(k); len(av) >= 8 {
+				r.atime = int64(binary.LittleEndian.Uint64(av))
+				if len(av) == atimeLen {
+					r.bytes = int64(binary.LittleEndian.Uint64(av[8:]))
+				}
 			}
 			n := numBlocks(rec.size, rec.blockSize)
 			if rec.format != recordV2 || numChunks(n) == 1 {

@@ -49,11 +49,11 @@ func (s *Store) Drop(match func(name string) bool) (entries int, bytes int64) {
 	for _, ck := range cold {
 		// Still cold: one warmed meanwhile was dropped above, or is
 		// newer than the call.
-		if sl, ok := s.cold.take(ck); ok {
+		if b, ok := s.cold.take(ck); ok {
 			entries++
-			bytes += sl.bytes
+			bytes += b
 			s.evictions.Add(1)
-			victims = append(victims, s.dropColdLocked(ck.String(), sl.bytes))
+			victims = append(victims, s.dropColdLocked(ck.String(), b))
 		}
 	}
 	s.mu.Unlock()

@@ -274,7 +274,7 @@ func (s *Store) load(rows []coldRow, bad []string) error {
 	s.cold.pos = make(map[uint64]int32, len(rows))
 	for _, r := range rows { // keys are unique: the index's, or the snapshot's of them
 		if r.bytes >= 0 {
-			s.cold.add(coldSlot{key: r.key, bytes: r.bytes, saved: r.saved})
+			s.cold.add(r.key, r.bytes)
 			s.used += r.bytes
 		}
 	}

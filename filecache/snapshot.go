@@ -6,7 +6,6 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 
@@ -18,28 +17,15 @@ import (
 // pages are spread over the whole file: after a reboot, reading them
 // from a 790 MB index of 1.28M objects took 5-7 s of random reads on the
 // development machine. So a clean Close writes them, in order, to one
-// small file (44 bytes an entry), stamped with the index's last
+// small file (40 bytes an entry), stamped with the index's last
 // transaction, and the next Open reads that sequentially if the stamp
 // still matches: nothing has committed since. A crash leaves no snapshot
 // (or a stale one), and Open scans the index instead.
 //
-//	"FERRYSN2", txid uint64, n uint64, n × row, CRC32C of all before it
-//	row: key [32]byte, bytes uint64, saved uint32 (coldSlot)
-//
-// A snapshot of the previous format ("FERRYSN1", rows of 40 bytes
-// without saved) is read too; its entries' access times are unknown, so
-// each one's first use writes its atime row.
+//	"FERRYSN1", txid uint64, n uint64, n × (key [32]byte, bytes uint64), CRC32C of all before it
 const snapshotName = "entries.snapshot"
 
-var (
-	snapshotMagic   = []byte("FERRYSN2")
-	snapshotMagicV1 = []byte("FERRYSN1")
-)
-
-const (
-	snapshotRow   = 44
-	snapshotRowV1 = 40
-)
+var snapshotMagic = []byte("FERRYSN1")
 
 // writeSnapshot writes the entries in LRU order, least recent first,
 // stamped with the index's transaction. It runs in Close, after the last
@@ -73,19 +59,17 @@ func (s *Store) writeSnapshot() error {
 	binary.LittleEndian.PutUint64(hdr[8:], uint64(txid))
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(n))
 	w.Write(hdr[:])
-	var row [snapshotRow]byte
-	put := func(sl coldSlot) {
-		copy(row[:32], sl.key[:])
-		binary.LittleEndian.PutUint64(row[32:], uint64(sl.bytes))
-		binary.LittleEndian.PutUint32(row[40:], uint32(sl.saved))
+	var row [40]byte
+	put := func(k coldKey, bytes int64) {
+		copy(row[:32], k[:])
+		binary.LittleEndian.PutUint64(row[32:], uint64(bytes))
 		w.Write(row[:])
 	}
 	s.cold.each(put)
 	for el := s.lru.Back(); el != nil; el = el.Prev() {
-		// Committed: bytes and savedAtime are the atime row's.
 		e := el.Value.(*entry)
 		k, _ := coldKeyOf(e.key)
-		put(coldSlot{key: k, bytes: e.bytes, saved: minuteOf(e.savedAtime)})
+		put(k, e.bytes)
 	}
 	s.mu.Unlock()
 	err = w.Flush()
@@ -116,31 +100,21 @@ func readSnapshot(dir string, txid int) ([]coldRow, bool) {
 		return nil, false
 	}
 	body, sum := raw[:len(raw)-4], binary.LittleEndian.Uint32(raw[len(raw)-4:])
-	size := 0
-	switch string(body[:8]) {
-	case string(snapshotMagic):
-		size = snapshotRow
-	case string(snapshotMagicV1):
-		size = snapshotRowV1
-	}
-	if size == 0 || crc32.Checksum(body, castagnoli) != sum ||
+	if string(body[:8]) != string(snapshotMagic) || crc32.Checksum(body, castagnoli) != sum ||
 		binary.LittleEndian.Uint64(body[8:]) != uint64(txid) {
 		return nil, false
 	}
 	n := binary.LittleEndian.Uint64(body[16:])
 	body = body[24:]
-	if n > uint64(len(body)) || uint64(len(body)) != n*uint64(size) {
+	if uint64(len(body)) != n*40 {
 		return nil, false
 	}
 	rows := make([]coldRow, n)
 	for i := range rows {
-		r := body[size*i : size*i+size]
+		r := body[40*i : 40*i+40]
 		copy(rows[i].key[:], r[:32])
 		rows[i].atime = int64(i) // the order is the snapshot's
 		rows[i].bytes = min(int64(binary.LittleEndian.Uint64(r[32:])), 1<<62)
-		if size == snapshotRow {
-			rows[i].saved = rowMinute(min(binary.LittleEndian.Uint32(r[40:]), math.MaxInt32))
-		}
 	}
 	return rows, true
 }
