@@ -65,8 +65,8 @@ type checkDigest [16]byte
 
 // digestOf is the digest of a check of the file at st in boot.
 func digestOf(boot string, st fileStamp) (d checkDigest) {
-	buf := make([]byte, 0, len(boot)+checkedLen)
-	buf = append(buf, boot...)
+	var b [64 + checkedLen]byte // a boot ID is 36 bytes: on the stack
+	buf := append(b[:0], boot...)
 	for _, x := range []uint64{st.dev, st.ino, uint64(st.size),
 		uint64(st.mtime.Sec), uint64(st.mtime.Nsec), uint64(st.ctime.Sec), uint64(st.ctime.Nsec)} {
 		buf = binary.LittleEndian.AppendUint64(buf, x)

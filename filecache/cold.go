@@ -262,7 +262,7 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 	}
 	// Checked in this boot, by this process or an earlier one: good while
 	// the file shows this stamp (checked.go).
-	if stamp := stampFromUnix(st); rows.checked.matches(s.bootID, stamp, rec.size) {
+	if stamp := stampFrom(st); rows.checked.matches(s.bootID, stamp, rec.size) {
 		e.verified = stamp
 	}
 	s.allocatedLocked(e, st.Blocks*512) // the file's, not the queue's count

@@ -4,7 +4,6 @@ import (
 	"hash/crc32"
 	"os"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -17,25 +16,19 @@ import (
 type fileStamp struct {
 	dev, ino     uint64
 	size         int64
-	mtime, ctime syscall.Timespec
+	mtime, ctime unix.Timespec
 }
 
 func stampOf(f *os.File) (fileStamp, error) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fileStamp{}, err
 	}
 	return stampFrom(&st), nil
 }
 
-func stampFrom(st *syscall.Stat_t) fileStamp {
+func stampFrom(st *unix.Stat_t) fileStamp {
 	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
-}
-
-func stampFromUnix(st *unix.Stat_t) fileStamp {
-	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size,
-		mtime: syscall.Timespec{Sec: st.Mtim.Sec, Nsec: st.Mtim.Nsec},
-		ctime: syscall.Timespec{Sec: st.Ctim.Sec, Nsec: st.Ctim.Nsec}}
 }
 
 // wholeBufs are Check's read buffers: 256 KiB, so that the bytes the CRC

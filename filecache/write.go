@@ -5,6 +5,8 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // WriteBlocksCRC stores consecutive blocks of obj starting at block
@@ -211,8 +213,8 @@ func (s *Store) writeFile(e *entry, p []byte, w *blockWrite) error {
 	for off := int64(0); w.stored < len(w.lens) && off+w.lens[w.stored] <= int64(n); w.stored++ {
 		off += w.lens[w.stored]
 	}
-	var st syscall.Stat_t
-	if syscall.Fstat(int(f.Fd()), &st) == nil {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) == nil {
 		w.alloc = st.Blocks * 512
 		w.after, w.stamped = stampFrom(&st), w.restamp && berr == nil
 	}
