@@ -1,10 +1,15 @@
 package filecache
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 )
 
 // BenchmarkReadBlock measures a cache hit end to end (key hash, lookup,
@@ -100,5 +105,68 @@ func BenchmarkWriteBlocks(b *testing.B) {
 		if s.WriteBlocks(obj(fmt.Sprint("w", i), 16*bs), 0, data) != 16 {
 			b.Fatal("short write")
 		}
+	}
+}
+
+// BenchmarkCommitNewEntries: the index commit of new one-block entries
+// into a cache of largeIndexRows small entries (their records, access
+// times and checks), per entry. Run it with a fixed count (-benchtime
+// 20000x): each round builds the large index first.
+func BenchmarkCommitNewEntries(b *testing.B) {
+	dir := b.TempDir()
+	s, err := open(testConfig(Config{Dir: dir}), hooks{})
+	require.NoError(b, err)
+	require.NoError(b, s.Close())
+	writeEntryRows(b, dir, largeIndexRows)
+	s, err = open(testConfig(Config{Dir: dir, MaxSize: 1 << 40}), hooks{flushTick: make(chan time.Time)})
+	require.NoError(b, err)
+	defer s.Close()
+	b.ResetTimer()
+	// Commits of 1,000 entries, about what a cold epoch of small files
+	// commits a second; under flushBlocks, so that no write kicks one.
+	for first := 0; first < b.N; first += 1000 {
+		b.StopTimer()
+		for i := first; i < min(b.N, first+1000); i++ {
+			o := obj(fmt.Sprintf("new%d", i), testBS)
+			require.Equal(b, 1, s.WriteBlocks(o, 0, blockData(o, 0, testBS)))
+		}
+		b.StartTimer()
+		require.NoError(b, s.flush())
+	}
+}
+
+// writeEntryRows writes the rows of n one-block entries, checked, into
+// the index in dir, as a large cache of small files leaves them (their
+// data files do not matter until an entry is used).
+func writeEntryRows(tb testing.TB, dir string, n int) {
+	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
+	require.NoError(tb, err)
+	defer db.Close()
+	present := newBitmap(1)
+	present.set(0)
+	for first := 0; first < n; first += 50_000 {
+		require.NoError(tb, db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket(rowsBucket)
+			for i := first; i < min(n, first+50_000); i++ {
+				var seed [8]byte
+				binary.LittleEndian.PutUint64(seed[:], uint64(i))
+				row := uint64(i + 1)
+				for _, r := range []struct {
+					tag byte
+					v   []byte
+				}{
+					{tagAtime, encodeAtime(int64(i), 4096, sha256.Sum256(seed[:]))},
+					{tagChecked, encodeChecked("boot", fileStamp{dev: 1, ino: uint64(i), size: testBS})},
+					{tagEntry, encodeHeader(&record{name: fmt.Sprintf("old%d", i), version: "1", size: testBS,
+						blockSize: testBS, present: present, crcs: []uint32{uint32(i)}})},
+				} {
+					k := rowKey(row, r.tag)
+					if err := b.Put(k, seal(k, r.v)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}))
 	}
 }

@@ -19,7 +19,7 @@ import (
 // a reboot nothing is trusted: a reboot may follow a power cut, after
 // which a file may hold torn writes under a stamp that did not move.
 //
-//	checked/KEY   2, digest, seal
+//	ROW 'c'   2, digest, seal
 //
 // The digest is the first 16 bytes of the SHA-256 of the boot ID and the
 // stamp (dev, inode, size, mtime and ctime): a warm has the file's stamp
@@ -27,16 +27,13 @@ import (
 // first format, still read, held both in full (the boot ID as text),
 // which made the checked rows a third of a large index:
 //
-//	checked/KEY   1, boot ID, dev, inode, size, mtime and ctime (s, ns), seal
+//	ROW 'c'   1, boot ID, dev, inode, size, mtime and ctime (s, ns), seal
 //
-// The row lives apart from the entry's record (record.go) so that a check
-// writes one small row and not the record, and so that a ferry that does
-// not know the rows (they came later) loads the records as before,
-// ignoring them. A missing row, one sealed wrong, of another format, of
+// The row lives apart from the entry's record (record.go), next to it
+// (index.go), so that a check writes one small row and not the record.
+// A missing row, one sealed wrong, of another format, of
 // another boot, or for another size than the object's is no check: the
 // file is checked again, as by a new process before.
-var checkedBucket = []byte("checked")
-
 const (
 	checkedV1 = 1
 	checkedV2 = 2

@@ -106,7 +106,7 @@ func TestCheckedNoBootIDWritesNothing(t *testing.T) {
 	o := obj("o", 2*testBS)
 	checkedByReads(t, s, o)
 	require.NoError(t, s.Close())
-	assert.Empty(t, indexKeys(t, s.root, checkedBucket))
+	assert.Empty(t, indexRows(t, s.root, tagChecked))
 	s = openT(t, Config{Dir: s.root}, bootHooks(""))
 	assert.False(t, isChecked(t, s, o))
 }
@@ -185,11 +185,10 @@ func TestCheckedAcrossRestartCorruptByte(t *testing.T) {
 func TestCheckedRowsNotTrusted(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		row     func(k []byte, st fileStamp) []byte // nil: delete the bucket; nil row: delete the row
+		row     func(k []byte, st fileStamp) []byte // nil row: delete the row
 		trusted bool
 	}{
 		{"no row", func([]byte, fileStamp) []byte { return nil }, false},
-		{"no bucket", nil, false},
 		{"damaged", func(k []byte, st fileStamp) []byte {
 			v := seal(k, encodeChecked("boot-1", st))
 			v[len(v)/2] ^= 1
@@ -230,17 +229,14 @@ func TestCheckedRowsNotTrusted(t *testing.T) {
 			o := obj("o", 5*testBS+7)
 			checkedByReads(t, s, o)
 			require.NoError(t, s.Close())
-			key := []byte(s.keyFor(o))
-			f, err := os.Open(s.pathFor(string(key)))
+			key := rowKey(entryRow(t, s.root, s.keyFor(o)), tagChecked)
+			f, err := os.Open(s.pathFor(s.keyFor(o)))
 			require.NoError(t, err)
 			st, err := stampOf(f)
 			require.NoError(t, f.Close())
 			require.NoError(t, err)
 			editIndex(t, s.root, func(tx *bolt.Tx) error {
-				if tc.row == nil {
-					return tx.DeleteBucket(checkedBucket)
-				}
-				kb := tx.Bucket(checkedBucket)
+				kb := tx.Bucket(rowsBucket)
 				require.NotNil(t, kb.Get(key))
 				if v := tc.row(key, st); v != nil {
 					return kb.Put(key, v)
@@ -296,9 +292,11 @@ func TestCheckedCommitsOneRow(t *testing.T) {
 	require.EqualValues(t, n, s.ReadBlocks(o, 0, p, ok))
 	require.True(t, isChecked(t, s, o))
 	require.NoError(t, s.flush())
-	// The checked row, under the entry's key (the access time's row
-	// was written within the hour: atimeGrain).
-	key := s.keyFor(o)
+	// The checked row, next to the entry's (the access time's row was
+	// written within the hour: atimeGrain).
+	s.mu.Lock()
+	key := rowKey(s.byObj[o].row, tagChecked)
+	s.mu.Unlock()
 	assert.Equal(t, []string{
 		fmt.Sprintf("%s %d", key, len(encodeChecked("boot-1", fileStamp{}))+4),
 	}, taken())
@@ -309,7 +307,7 @@ func TestCheckedCommitsOneRow(t *testing.T) {
 	assert.False(t, readOK(t, s, o, 7))
 	require.NoError(t, s.flush())
 	require.NoError(t, s.Close())
-	assert.Empty(t, indexKeys(t, s.root, checkedBucket))
+	assert.Empty(t, indexRows(t, s.root, tagChecked))
 }
 
 // An index written again from memory (a commit met damage) keeps the

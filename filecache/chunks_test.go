@@ -1,10 +1,8 @@
 package filecache
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,13 +33,13 @@ func TestCommitWritesOnlyDirtyChunks(t *testing.T) {
 		pc.reset()
 		require.Equal(t, 1, s.WriteBlocks(o, mid+1, blockData(o, mid+1, bs)))
 		require.NoError(t, s.flush())
-		// One chunk (68-byte key, 32+1024+4 bytes) and the access time
-		// with the size (64+16).
+		// One chunk (13-byte key, 32+1024+4 bytes) and the access time
+		// with the size (9-byte key, atimeLen+4).
 		assert.Equal(t, 2, pc.puts, "size %d", size)
-		assert.LessOrEqual(t, pc.bytes, 68+chunkLen(2*chunkBlocks, 1)+4+64+atimeLen, "size %d", size)
+		assert.LessOrEqual(t, pc.bytes, 13+chunkLen(2*chunkBlocks, 1)+4+9+atimeLen+4, "size %d", size)
 		// The header with chunk 0, the written block's chunk, the
 		// access time: the size's varint is all that grows.
-		assert.LessOrEqual(t, created, 2*(68+chunkLen(2*chunkBlocks, 1)+4)+64+atimeLen+32, "size %d", size)
+		assert.LessOrEqual(t, created, 2*(13+chunkLen(2*chunkBlocks, 1)+4)+9+atimeLen+4+32, "size %d", size)
 		got[size] = [2]int{created, pc.bytes}
 		s.checkInvariants(t)
 	}
@@ -49,16 +47,40 @@ func TestCommitWritesOnlyDirtyChunks(t *testing.T) {
 	assert.Equal(t, got[64<<20][1], got[64<<30][1], "one more block")
 }
 
-// indexKeys lists the keys of bucket b in the index of dir (store closed).
-func indexKeys(t *testing.T, dir string, b []byte) []string {
+// indexRows lists the keys of the rows tagged tag in the index of dir
+// (store closed), in order.
+func indexRows(t *testing.T, dir string, tag byte) []string {
 	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
 	require.NoError(t, err)
 	defer db.Close()
 	var keys []string
 	require.NoError(t, db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(b).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
+		return tx.Bucket(rowsBucket).ForEach(func(k, _ []byte) error {
+			if _, tg, ok := rowOf(k); ok && tg == tag {
+				keys = append(keys, string(k))
+			}
+			return nil
+		})
 	}))
 	return keys
+}
+
+// entryRow is the row of the entry key in the index of dir (store
+// closed), or 0 if it has none.
+func entryRow(t *testing.T, dir, key string) uint64 {
+	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	var row uint64
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(rowsBucket).ForEach(func(k, v []byte) error {
+			if r, ok := decodeAtime(k, v); ok && r.key.String() == key {
+				row = r.row
+			}
+			return nil
+		})
+	}))
+	return row
 }
 
 // editIndex runs fn on the index of dir (store closed).
@@ -87,19 +109,22 @@ func TestDamagedChunkLosesOnlyItsBlocks(t *testing.T) {
 	o := chunkedObj(t, s, "a")
 	key := s.keyFor(o)
 	require.NoError(t, s.Close())
-	require.Len(t, indexKeys(t, dir, chunksBucket), 3, "chunks 1-3; chunk 0 is in the header")
+	require.Len(t, indexRows(t, dir, tagChunk), 3, "chunks 1-3; chunk 0 is in the header")
+	row := entryRow(t, dir, key)
+	require.NotZero(t, row)
 
-	ghost := []byte(fmt.Sprintf("%064d", 7))
+	const ghost = 1 << 40 // no entry's row
 	editIndex(t, dir, func(tx *bolt.Tx) error {
-		cb := tx.Bucket(chunksBucket)
-		k1 := chunkKey([]byte(key), 1)
+		cb := tx.Bucket(rowsBucket)
+		k1 := chunkKey(row, 1)
 		v := append([]byte(nil), cb.Get(k1)...)
 		v[len(v)-9] ^= 0x40 // a CRC of chunk 1 changed: its seal fails
 		require.NoError(t, cb.Put(k1, v))
-		require.NoError(t, cb.Delete(chunkKey([]byte(key), 2)))
-		require.NoError(t, cb.Put(chunkKey([]byte(key), 9), seal(chunkKey([]byte(key), 9), []byte{1})))
+		require.NoError(t, cb.Delete(chunkKey(row, 2)))
+		require.NoError(t, cb.Put(chunkKey(row, 9), seal(chunkKey(row, 9), []byte{1})))
 		return cb.Put(chunkKey(ghost, 1), []byte("stray"))
 	})
+	require.NoError(t, os.Remove(filepath.Join(dir, "v1", snapshotName))) // as after a crash: Open scans
 
 	s = openT(t, Config{Dir: dir}, hooks{})
 	for c, want := range []bool{true, false, false, true} {
@@ -109,15 +134,15 @@ func TestDamagedChunkLosesOnlyItsBlocks(t *testing.T) {
 	}
 	assert.Zero(t, s.Stats().CorruptBlocks, "nothing wrong was read: the damaged chunk was dropped whole")
 	s.checkInvariants(t)
-	<-s.tidied // the ghost's chunk is deleted in the background
 	require.NoError(t, s.Close())
-	assert.Equal(t, []string{string(chunkKey([]byte(key), 3))}, indexKeys(t, dir, chunksBucket),
+	assert.Equal(t, []string{string(chunkKey(row, 3))}, indexRows(t, dir, tagChunk),
 		"the damaged, stray and out-of-range chunks are deleted")
 }
 
-// An index written before chunks (format 1) keeps its cached blocks and is
-// written again chunked by the first commit.
-func TestFormat1IndexMigrates(t *testing.T) {
+// An index of records written before chunks (record format 1, in an index
+// of format 1) keeps its cached blocks and is written again chunked by the
+// first commit.
+func TestRecordFormat1Migrates(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, Config{Dir: dir}, hooks{})
 	big := chunkedObj(t, s, "big")
@@ -131,11 +156,12 @@ func TestFormat1IndexMigrates(t *testing.T) {
 	}
 	s.mu.Unlock()
 	require.NoError(t, s.Close())
+	toIndexFormat1(t, dir)
 	editIndex(t, dir, func(tx *bolt.Tx) error {
 		for k, v := range v1 {
-			require.NoError(t, tx.Bucket(entriesBucket).Put([]byte(k), v))
+			require.NoError(t, tx.Bucket(v1Entries).Put([]byte(k), v))
 		}
-		return tx.DeleteBucket(chunksBucket) // as an older ferry left it
+		return tx.DeleteBucket(v1Chunks) // as an older ferry left it
 	})
 
 	for round := 0; round < 2; round++ {
@@ -150,10 +176,12 @@ func TestFormat1IndexMigrates(t *testing.T) {
 		}
 		s.checkInvariants(t)
 		require.NoError(t, s.Close())
-		assert.Len(t, indexKeys(t, dir, chunksBucket), 3, "round %d: big's chunks 1-3 written", round)
+		assert.Len(t, indexRows(t, dir, tagChunk), 3, "round %d: big's chunks 1-3 written", round)
 		editIndex(t, dir, func(tx *bolt.Tx) error {
-			return tx.Bucket(entriesBucket).ForEach(func(k, v []byte) error {
-				assert.EqualValues(t, recordV2, v[0], "round %d: %s written in format 2", round, k)
+			return tx.Bucket(rowsBucket).ForEach(func(k, v []byte) error {
+				if _, tag, _ := rowOf(k); tag == tagEntry {
+					assert.EqualValues(t, recordV2, v[0], "round %d: %x written in format 2", round, k)
+				}
 				return nil
 			})
 		})
@@ -171,10 +199,12 @@ func TestEvictionDeletesChunks(t *testing.T) {
 	require.Equal(t, 1, n)
 	b := s.keyFor(obj("b", 4*chunkBlocks*testBS))
 	require.NoError(t, s.Close())
-	keys := indexKeys(t, dir, chunksBucket)
+	keys := indexRows(t, dir, tagChunk)
 	require.Len(t, keys, 3)
+	row := entryRow(t, dir, b)
 	for _, k := range keys {
-		assert.Equal(t, b, k[:64], "only b's chunks are left")
+		r, _, _ := rowOf([]byte(k))
+		assert.Equal(t, row, r, "only b's chunks are left")
 	}
 }
 
@@ -193,7 +223,7 @@ func TestRecreatedFileDropsItsChunks(t *testing.T) {
 	last := int64(3*chunkBlocks + 5)
 	require.Equal(t, 1, s.WriteBlocks(a, last, blockData(a, last, testBS)))
 	require.NoError(t, s.Close())
-	assert.Equal(t, []string{string(chunkKey([]byte(s.keyFor(a)), 3))}, indexKeys(t, dir, chunksBucket))
+	assert.Equal(t, []string{string(chunkKey(entryRow(t, dir, s.keyFor(a)), 3))}, indexRows(t, dir, tagChunk))
 
 	s = openT(t, Config{Dir: dir}, hooks{})
 	for c := int64(0); c < 4; c++ {
@@ -204,30 +234,34 @@ func TestRecreatedFileDropsItsChunks(t *testing.T) {
 	s.checkInvariants(t)
 }
 
-// TestDeleteChunksTakesNoPrefix: deleting the chunks of a damaged row's
-// key, shorter than an entry's, leaves the chunks of the entries whose
-// keys start with it.
-func TestDeleteChunksTakesNoPrefix(t *testing.T) {
+// TestDeleteChunksTakesOnlyTheEntrys: deleting an entry's chunks leaves
+// its other rows and the next entry's rows; deleting its rows leaves the
+// next entry's.
+func TestDeleteChunksTakesOnlyTheEntrys(t *testing.T) {
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "index"), 0o600, nil)
 	require.NoError(t, err)
 	defer db.Close()
-	key := []byte(strings.Repeat("ab", 32))
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		cb, err := tx.CreateBucket(chunksBucket)
+		b, err := tx.CreateBucket(rowsBucket)
 		if err != nil {
 			return err
 		}
-		if err := cb.Put(chunkKey(key, 1), []byte("chunk")); err != nil {
-			return err
+		for _, row := range []uint64{7, 8, 7 << 8} {
+			for _, k := range [][]byte{rowKey(row, tagAtime), rowKey(row, tagEntry), chunkKey(row, 1), chunkKey(row, 2)} {
+				require.NoError(t, b.Put(k, []byte("v")))
+			}
 		}
-		if err := deleteChunks(cb, key[:10]); err != nil {
-			return err
+		count := func() (n int) {
+			require.NoError(t, b.ForEach(func(_, _ []byte) error { n++; return nil }))
+			return n
 		}
-		assert.NotNil(t, cb.Get(chunkKey(key, 1)), "a short key is no prefix")
-		if err := deleteChunks(cb, key); err != nil {
-			return err
-		}
-		assert.Nil(t, cb.Get(chunkKey(key, 1)), "the entry's own key deletes its chunks")
+		require.NoError(t, deleteChunks(b, 7))
+		assert.Nil(t, b.Get(chunkKey(7, 1)))
+		assert.NotNil(t, b.Get(rowKey(7, tagEntry)), "the entry's record stays")
+		assert.Equal(t, 10, count())
+		require.NoError(t, deleteEntryRows(b, 7))
+		assert.Equal(t, 8, count(), "rows 8 and 1792 are left whole")
+		assert.NotNil(t, b.Get(chunkKey(7<<8, 2)))
 		return nil
 	}))
 }

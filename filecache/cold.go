@@ -12,11 +12,11 @@ import (
 // Cold entries. Memory holds an entry whole (name, bitmap, CRCs, about
 // 700 bytes with its maps) only while it is in use: from its first use
 // in this process until it has been idle long enough to be put back
-// (cooled). Every other entry the index holds is cold: its key and size,
-// 40 bytes in a queue and about 40 in a map, so that a cache of 1.28M
-// objects costs about 100 MB here rather than 900, and Open reads only
-// the entries' snapshot a clean Close left (snapshot.go) or the index's
-// access times (16 bytes an entry), not every record. A cold
+// (cooled). Every other entry the index holds is cold: its key, row and
+// size, 48 bytes in a queue and about 24 in a map, so that a cache of
+// 1.28M objects costs about 92 MB here rather than 900, and Open reads
+// only the entries' snapshot a clean Close left (snapshot.go) or the
+// index's atime rows, not every record. A cold
 // entry is read from the index when it is next looked up (warmed), and
 // checked then as Open once checked every entry: a record that does not
 // decode, another block size, a data file that is missing.
@@ -50,10 +50,12 @@ func coldKeyOf(key string) (ck coldKey, ok bool) {
 
 func (ck coldKey) String() string { return hex.EncodeToString(ck[:]) }
 
-// coldSlot is one cold entry; bytes < 0 marks a slot whose entry left
-// the queue (warmed, evicted or dropped).
+// coldSlot is one cold entry: its key, its row in the index and its
+// allocated bytes; bytes < 0 marks a slot whose entry left the queue
+// (warmed, evicted or dropped).
 type coldSlot struct {
 	key   coldKey
+	row   uint64
 	bytes int64
 }
 
@@ -90,14 +92,23 @@ func (c *coldSet) has(k coldKey) bool {
 	return ok
 }
 
-// add queues k, of bytes allocated, as the most recent cold entry; k must
-// not be queued already.
-func (c *coldSet) add(k coldKey, bytes int64) {
+// add queues k, at row of the index and of bytes allocated, as the most
+// recent cold entry; k must not be queued already.
+func (c *coldSet) add(k coldKey, row uint64, bytes int64) {
 	if c.pos == nil {
 		c.pos = map[uint64]int32{}
 	}
 	c.setPos(k, int32(len(c.slots)))
-	c.slots = append(c.slots, coldSlot{key: k, bytes: bytes})
+	c.slots = append(c.slots, coldSlot{key: k, row: row, bytes: bytes})
+}
+
+// rowOf returns the row of the cold entry k, if k is queued.
+func (c *coldSet) rowOf(k coldKey) (uint64, bool) {
+	i, ok := c.find(k)
+	if !ok {
+		return 0, false
+	}
+	return c.slots[i].row, true
 }
 
 // setPos records that k is at index i of slots: in pos unless another
@@ -114,12 +125,12 @@ func (c *coldSet) setPos(k coldKey, i int32) {
 	c.pos[sk] = i
 }
 
-// take removes k from the queue and returns its bytes, or false if k is
+// take removes k from the queue and returns its slot, or false if k is
 // not queued.
-func (c *coldSet) take(k coldKey) (int64, bool) {
+func (c *coldSet) take(k coldKey) (coldSlot, bool) {
 	i, ok := c.find(k)
 	if !ok {
-		return 0, false
+		return coldSlot{}, false
 	}
 	if _, inMore := c.more[k]; inMore {
 		delete(c.more, k)
@@ -134,13 +145,13 @@ func (c *coldSet) take(k coldKey) (int64, bool) {
 			}
 		}
 	}
-	b := c.slots[i].bytes
+	sl := c.slots[i]
 	c.slots[i].bytes = -1
 	c.compact()
-	return b, true
+	return sl, true
 }
 
-// oldest returns the least recent cold entry, if any.
+// oldest returns the least recent cold entry's key, if any.
 func (c *coldSet) oldest() (coldKey, bool) {
 	for c.head < len(c.slots) && c.slots[c.head].bytes < 0 {
 		c.head++
@@ -160,22 +171,22 @@ func (c *coldSet) compact() {
 		return
 	}
 	live := make([]coldSlot, 0, n)
-	c.each(func(k coldKey, bytes int64) {
-		if _, inMore := c.more[k]; inMore {
-			c.more[k] = int32(len(live))
+	c.each(func(sl coldSlot) {
+		if _, inMore := c.more[sl.key]; inMore {
+			c.more[sl.key] = int32(len(live))
 		} else {
-			c.pos[k.short()] = int32(len(live))
+			c.pos[sl.key.short()] = int32(len(live))
 		}
-		live = append(live, coldSlot{key: k, bytes: bytes})
+		live = append(live, sl)
 	})
 	c.slots, c.head = live, 0
 }
 
 // each calls fn for every cold entry, least recent first.
-func (c *coldSet) each(fn func(k coldKey, bytes int64)) {
+func (c *coldSet) each(fn func(sl coldSlot)) {
 	for _, sl := range c.slots[c.head:] {
 		if sl.bytes >= 0 {
-			fn(sl.key, sl.bytes)
+			fn(sl)
 		}
 	}
 }
@@ -205,21 +216,22 @@ func (s *Store) lockLookupSum(obj Key, ck *coldKey) *entry {
 			return e
 		}
 	}
-	if !s.cold.has(*ck) {
+	row, ok := s.cold.rowOf(*ck)
+	if !ok {
 		return nil
 	}
 	s.mu.Unlock()
-	s.warm(obj, ck.String(), *ck)
+	s.warm(obj, ck.String(), *ck, row)
 	s.mu.Lock()
 	return s.byObj[obj]
 }
 
-// warm reads the cold entry key (of obj) from the index and makes it a
-// warm entry, or drops it if its record or its file is not usable.
-// Another warm of the same key, or an eviction, may come first: the
-// queue decides who had it.
-func (s *Store) warm(obj Key, key string, ck coldKey) {
-	rows, err := s.readEntry(key)
+// warm reads the cold entry key (of obj), at row, from the index and
+// makes it a warm entry, or drops it if its record or its file is not
+// usable. Another warm of the same key, or an eviction, may come first:
+// the queue decides who had it.
+func (s *Store) warm(obj Key, key string, ck coldKey, row uint64) {
+	rows, err := s.readEntry(row)
 	rec := rows.rec
 	f, st, serr := s.warmFile(key) // f is installed below
 	s.mu.Lock()
@@ -229,15 +241,18 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		closeIfOpen(f)
 		return
 	}
-	bytes, ok := s.cold.take(ck)
-	if !ok {
+	if r, ok := s.cold.rowOf(ck); !ok || r != row {
+		// Warmed, evicted or dropped meanwhile (and perhaps made and
+		// cooled again, at another row).
 		s.mu.Unlock()
 		closeIfOpen(f)
 		return
 	}
+	sl, _ := s.cold.take(ck)
+	bytes := sl.bytes
 	if err != nil || rec == nil || rec.blockSize != s.blockSize || serr != nil ||
 		rec.name != obj.Name || rec.version != obj.Version || rec.size != obj.Size {
-		v := s.dropColdLocked(key, bytes)
+		v := s.dropColdLocked(key, row, bytes)
 		s.mu.Unlock()
 		closeIfOpen(f)
 		s.finishEvictions([]*entry{v})
@@ -255,7 +270,7 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 		return
 	}
 	e := &entry{
-		key: key, own: true, obj: obj, live: true,
+		key: key, row: row, own: true, obj: obj, live: true,
 		nblocks: numBlocks(rec.size, rec.blockSize),
 		present: rec.present, crcs: rec.crcs, bytes: bytes,
 		savedAtime: rows.atime, savedBytes: rows.bytes,
@@ -277,7 +292,7 @@ func (s *Store) warm(obj Key, key string, ck coldKey) {
 	if rec.format == recordV1 || rows.lost > 0 {
 		// Written again, chunked, by the next commit; damaged chunks
 		// (their blocks absent now) deleted first.
-		e.resetChunks = numChunks(e.nblocks) > 1
+		e.resetChunks = numChunks(e.nblocks) > 1 || rows.lost > 0
 		s.markAllDirtyLocked(e)
 	}
 	s.touchLocked(e)
@@ -324,23 +339,23 @@ func (s *Store) warmFile(key string) (*os.File, *unix.Stat_t, error) {
 }
 
 // releaseEvery warms, the index's pages are released (releaseIndexPages):
-// a warm reads its three rows at random places in the index, and each read
-// maps the 64 KiB of the page cache around it, so 32 warms leave up to 6
-// MiB mapped (128 left 24 MiB in a restarted epoch of 5,000 warms a
-// second). Each release costs the next warms the faults of the tree's
+// a warm reads its rows at a random place in the index, and each page it
+// faults in maps the 64 KiB of the page cache around it, so 32 warms leave
+// up to 2 MiB mapped (128 left 24 MiB in a restarted epoch of 5,000 warms
+// a second, when an entry's three rows were in three places). Each release costs the next warms the faults of the tree's
 // upper pages again, a few dozen.
 const releaseEvery = 32
 
-// dropColdLocked removes the cold entry key, of bytes, as an eviction
-// does: its rows go at the next commit, and the returned entry (not live,
-// not pinned) is for finishEvictions to unlink its file outside the lock.
-// LOCKS_REQUIRED(s.mu)
-func (s *Store) dropColdLocked(key string, bytes int64) *entry {
-	s.deleted[key] = struct{}{}
+// dropColdLocked removes the cold entry key, at row and of bytes, as an
+// eviction does: its rows go at the next commit, and the returned entry
+// (not live, not pinned) is for finishEvictions to unlink its file
+// outside the lock. LOCKS_REQUIRED(s.mu)
+func (s *Store) dropColdLocked(key string, row uint64, bytes int64) *entry {
+	s.deleted[key] = row
 	s.deleting[key] = &deletion{}
 	s.used -= bytes
 	s.pendingFree += bytes
-	return &entry{key: key, bytes: bytes}
+	return &entry{key: key, row: row, bytes: bytes}
 }
 
 // evictColdLocked evicts the least recent cold entry, and returns it for
@@ -351,9 +366,9 @@ func (s *Store) evictColdLocked() *entry {
 	if !ok {
 		return nil
 	}
-	bytes, _ := s.cold.take(ck)
+	sl, _ := s.cold.take(ck)
 	s.evictions.Add(1)
-	return s.dropColdLocked(ck.String(), bytes)
+	return s.dropColdLocked(ck.String(), sl.row, sl.bytes)
 }
 
 // coolLocked puts the least recently used idle warm entries beyond
@@ -385,7 +400,7 @@ func (s *Store) coolLocked() []openFiles {
 		delete(s.entries, e.key)
 		delete(s.byObj, e.obj)
 		e.live, e.elem = false, nil
-		s.cold.add(ck, e.bytes)
+		s.cold.add(ck, e.row, e.bytes)
 		s.cooled.Add(1)
 	}
 	return files

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -113,7 +112,7 @@ func TestEvictionTakesColdFirst(t *testing.T) {
 }
 
 // TestAtimeRowsWithoutSizeUpgrade: an index written before atime rows
-// held sizes has its files counted once, and its rows written again.
+// held sizes has its files counted once, as it is converted.
 func TestAtimeRowsWithoutSizeUpgrade(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, Config{Dir: dir}, hooks{})
@@ -122,10 +121,9 @@ func TestAtimeRowsWithoutSizeUpgrade(t *testing.T) {
 		require.Equal(t, 2, s.WriteBlocks(o, 0, blocksData(o, 0, 2, testBS)))
 	}
 	require.NoError(t, s.Close())
-	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		ab := tx.Bucket(atimeBucket)
+	toIndexFormat1(t, dir)
+	editIndex(t, dir, func(tx *bolt.Tx) error {
+		ab := tx.Bucket(v1Atime)
 		var rows [][2][]byte
 		require.NoError(t, ab.ForEach(func(k, v []byte) error {
 			rows = append(rows, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v[:8]...)})
@@ -135,26 +133,23 @@ func TestAtimeRowsWithoutSizeUpgrade(t *testing.T) {
 			require.NoError(t, ab.Put(r[0], r[1]))
 		}
 		return nil
-	}))
-	require.NoError(t, db.Close())
+	})
 
 	s = openT(t, Config{Dir: dir}, hooks{})
 	assert.Equal(t, du(t, dir), s.Stats().UsedBytes)
 	assert.EqualValues(t, 5, s.Stats().ColdEntries)
 	require.NoError(t, s.Close())
-	db, err = bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
-	require.NoError(t, err)
-	defer db.Close()
-	require.NoError(t, db.View(func(tx *bolt.Tx) error {
-		n := 0
-		err := tx.Bucket(atimeBucket).ForEach(func(_, v []byte) error {
-			n++
-			assert.Len(t, v, atimeLen)
+	assert.Len(t, indexRows(t, dir, tagAtime), 5)
+	editIndex(t, dir, func(tx *bolt.Tx) error {
+		return tx.Bucket(rowsBucket).ForEach(func(k, v []byte) error {
+			if _, tag, _ := rowOf(k); tag == tagAtime {
+				r, ok := decodeAtime(k, v)
+				assert.True(t, ok)
+				assert.Positive(t, r.bytes)
+			}
 			return nil
 		})
-		assert.Equal(t, 5, n)
-		return err
-	}))
+	})
 }
 
 // TestColdEntryMemory bounds what a cold entry costs: the index of a
@@ -198,7 +193,7 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 	a, b, d := key(1, 1), key(1, 2), key(1, 3)
 	other := key(2, 1)
 	for i, k := range []coldKey{a, b, other, d} {
-		c.add(k, int64(i+1))
+		c.add(k, uint64(10+i), int64(i+1))
 	}
 	require.Equal(t, 4, c.len())
 	assert.Len(t, c.more, 2, "b and d share a's short key")
@@ -207,9 +202,13 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 	}
 	assert.False(t, c.has(key(1, 4)), "a short key's match is checked whole")
 
-	bytes, ok := c.take(a)
+	sl, ok := c.take(a)
 	require.True(t, ok)
-	assert.EqualValues(t, 1, bytes)
+	assert.EqualValues(t, 1, sl.bytes)
+	assert.EqualValues(t, 10, sl.row)
+	row, ok := c.rowOf(d)
+	assert.True(t, ok)
+	assert.EqualValues(t, 13, row)
 	assert.False(t, c.has(a))
 	assert.True(t, c.has(b) && c.has(d), "the others stay found when a leaves pos")
 	assert.Len(t, c.more, 1, "one of them took a's place")
@@ -221,12 +220,12 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 	for i := range 3000 {
 		k := key(3, byte(i))
 		k[30] = byte(i >> 8)
-		c.add(k, 1)
+		c.add(k, 1, 1)
 		_, ok := c.take(k)
 		require.True(t, ok)
 	}
 	var order []coldKey
-	c.each(func(k coldKey, _ int64) { order = append(order, k) })
+	c.each(func(sl coldSlot) { order = append(order, sl.key) })
 	assert.Equal(t, []coldKey{b, other, d}, order)
 	assert.Less(t, len(c.slots), 3000, "compacted")
 	for _, k := range order {
@@ -258,7 +257,7 @@ func TestIndexPagesReleasedBetweenCommits(t *testing.T) {
 
 	rows := 0
 	require.NoError(t, s.liveDB.Load().View(func(tx *bolt.Tx) error {
-		return tx.Bucket(atimeBucket).ForEach(func(_, _ []byte) error { rows++; return nil })
+		return tx.Bucket(rowsBucket).ForEach(func(_, _ []byte) error { rows++; return nil })
 	}))
 	require.Equal(t, largeIndexRows, rows)
 	mapped := mappedRSS(t, index)
@@ -346,22 +345,17 @@ func mappedRSS(t *testing.T, path string) int64 {
 // writeColdRows writes n atime rows, of 4096 bytes each, into the index
 // in dir, as a large cache leaves them (their files do not matter until
 // an entry is used).
-func writeColdRows(t *testing.T, dir string, n int) {
+func writeColdRows(t testing.TB, dir string, n int) {
 	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
 	require.NoError(t, err)
 	defer db.Close()
-	keys := make([]string, n)
-	for i := range keys {
-		var seed [8]byte
-		binary.LittleEndian.PutUint64(seed[:], uint64(i))
-		keys[i] = coldKey(sha256.Sum256(seed[:])).String()
-	}
-	slices.Sort(keys) // bbolt inserts in order cheaply
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		ab := tx.Bucket(atimeBucket)
-		for i, k := range keys {
-			v := encodeAtime(int64(i), 4096)
-			if err := ab.Put([]byte(k), v[:]); err != nil {
+		b := tx.Bucket(rowsBucket)
+		for i := range n {
+			var seed [8]byte
+			binary.LittleEndian.PutUint64(seed[:], uint64(i))
+			k := rowKey(uint64(i+1), tagAtime)
+			if err := b.Put(k, seal(k, encodeAtime(int64(i), 4096, sha256.Sum256(seed[:])))); err != nil {
 				return err
 			}
 		}
@@ -399,11 +393,9 @@ func TestSnapshotAfterCleanClose(t *testing.T) {
 
 	// A commit after the snapshot: stale, so the index is read.
 	require.FileExists(t, snap)
-	editIndex(t, dir, func(tx *bolt.Tx) error {
-		k := []byte(s.keyFor(a))
-		require.NoError(t, tx.Bucket(entriesBucket).Delete(k))
-		return tx.Bucket(atimeBucket).Delete(k)
-	})
+	row := entryRow(t, dir, s.keyFor(a))
+	require.NotZero(t, row)
+	editIndex(t, dir, func(tx *bolt.Tx) error { return deleteEntryRows(tx.Bucket(rowsBucket), row) })
 	s = openT(t, Config{Dir: dir}, hooks{})
 	assert.False(t, s.fromSnapshot)
 	assert.EqualValues(t, 1, s.Stats().Entries, "a's rows are gone")
@@ -432,7 +424,7 @@ func TestAtimeRowsKeptToTheHour(t *testing.T) {
 	h := hooks{now: clock.Load, indexPut: log.hook}
 	taken := func() (atimes []int64) { // the values of the atime rows put
 		for _, p := range log.take() {
-			if len(p.val) == atimeLen {
+			if len(p.val) == atimeLen+4 {
 				atimes = append(atimes, int64(binary.LittleEndian.Uint64(p.val)))
 			}
 		}

@@ -21,9 +21,9 @@
 //
 // # Memory and restarts
 //
-// Open reads only each entry's access time and size (cold.go), from the
-// snapshot a clean Close wrote (snapshot.go) or else from the index: the
-// entries are queued cold, at about 70 bytes each, and read from the
+// Open reads only each entry's access time, size and row (cold.go), from
+// the snapshot a clean Close wrote (snapshot.go) or else from the index:
+// the entries are queued cold, at about 72 bytes each, and read from the
 // index, and checked, when first used (warmed). Entries idle beyond the
 // most recent 16,384 are cooled again after a commit. So a cache of 1.28M
 // objects costs about 100 MB of memory rather than a record each, and a
@@ -35,20 +35,27 @@
 //
 // # Index format
 //
-// An entry's bitmap and CRCs are stored in chunks of 256 blocks (format
-// 2, record.go): the entry's record holds its name, version, size, block
-// size and chunk 0; chunks 1 and up are keys of their own, and one with
-// no block present is not stored. A commit writes only the chunks that
+// Each entry's rows are numbered: a new entry takes the next row number,
+// and its rows are keyed by it and a tag (index.go), so that new entries
+// are appended to the B+tree and an entry's rows lie together. An index
+// of the first format, keyed by the entries' hashes, is converted once at
+// Open (convert.go).
+//
+// An entry's bitmap and CRCs are stored in chunks of 256 blocks (record
+// format 2, record.go): the entry's record holds its name, version, size,
+// block size and chunk 0; chunks 1 and up are rows of their own, and one
+// with no block present is not stored. A commit writes only the chunks that
 // changed since the last, and copies only those under the store's lock,
 // so its cost follows the blocks written, not the object's size: a block
 // written to a 64 GiB object commits about 1 KiB, where the whole record
 // was 4 MiB. Every value is sealed with a CRC32C of its key and bytes: a
 // damaged chunk loses its blocks, a damaged record its entry, and neither
-// is served. A file's last check is a row of its own (checked.go), which
-// an older ferry ignores. Records of format 1 (one value with the whole bitmap and
-// every CRC) are read at Open and written again as format 2 by the first
-// commit, so an upgrade keeps the cache; an older ferry reading format 2
-// drops those entries as damaged and starts them again.
+// is served. A file's last check is a row of its own (checked.go).
+// Records of format 1 (one value with the whole bitmap and every CRC) are
+// read as they are warmed and written again as format 2 by the next
+// commit, so an upgrade keeps the cache. An older ferry does not know
+// the numbered rows: it starts with an empty cache, and its data files
+// are orphans to it.
 //
 // Layout:
 //

@@ -69,7 +69,7 @@ func (s *Store) evictLocked(e *entry) *entry {
 		delete(s.byObj, e.obj)
 	}
 	delete(s.dirty, e.key)
-	s.deleted[e.key] = struct{}{}
+	s.deleted[e.key] = e.row
 	s.deleting[e.key] = &deletion{}
 	s.used -= e.bytes
 	s.pendingFree += e.bytes

@@ -36,11 +36,11 @@ func (s *Store) flusher() {
 
 type pendingPut struct {
 	e      *entry
-	key    []byte
+	row    uint64
 	meta   []byte         // header with chunk 0, unsealed; nil: unchanged
 	chunks []pendingChunk // other chunks changed, by number
-	reset  bool           // delete every chunk of key first
-	atime  [atimeLen]byte
+	reset  bool           // delete every chunk of the entry first
+	atime  []byte         // the atime row, unsealed
 	// writeAtime: the atime row changed (access time, allocated bytes),
 	// or the entry is new.
 	writeAtime bool
@@ -85,6 +85,7 @@ func (s *Store) flush() error {
 	if err == nil {
 		s.cool()
 		releaseIndexPages(s.db)
+		reserveIndex(s.db.Path())
 	}
 	return err
 }
@@ -108,9 +109,15 @@ func (s *Store) flushOnce() error {
 	return nil
 }
 
+// deletedRows is an entry to delete from the index: its key, and its row.
+type deletedRows struct {
+	key string
+	row uint64
+}
+
 // pendingCommit is what one commit takes from the store.
 type pendingCommit struct {
-	dels      [][]byte // keys to delete
+	dels      []deletedRows
 	puts      []pendingPut
 	newBlocks bool // blocks were written since the last commit
 	closing   bool // the store is closing: this is the last commit
@@ -122,15 +129,15 @@ func (s *Store) takePending() pendingCommit {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := pendingCommit{
-		dels: make([][]byte, 0, len(s.deleted)),
+		dels: make([]deletedRows, 0, len(s.deleted)),
 		puts: make([]pendingPut, 0, len(s.dirty)),
 	}
-	for k := range s.deleted {
-		c.dels = append(c.dels, []byte(k))
+	for k, row := range s.deleted {
+		c.dels = append(c.dels, deletedRows{key: k, row: row})
 	}
 	clear(s.deleted)
-	for k, e := range s.dirty {
-		p := pendingPut{e: e, key: []byte(k), reset: e.resetChunks}
+	for _, e := range s.dirty {
+		p := pendingPut{e: e, row: e.row, reset: e.resetChunks}
 		// Only what changed is copied, under the lock: the header with
 		// chunk 0 (1 KiB at most besides the names) and dirty chunks.
 		if e.metaDirty {
@@ -141,8 +148,9 @@ func (s *Store) takePending() pendingCommit {
 		}
 		p.chunks = takeChunksLocked(e)
 		if e.atimeDirty || e.metaDirty || e.bytes != e.savedBytes {
+			ck, _ := coldKeyOf(e.key)
 			p.writeAtime = true
-			p.atime = encodeAtime(e.atime, e.bytes)
+			p.atime = encodeAtime(e.atime, e.bytes, ck)
 			e.savedAtime, e.savedBytes = e.atime, e.bytes
 		}
 		if e.checkedDirty {
@@ -175,11 +183,13 @@ func (s *Store) syncIfDue(closing bool) error {
 }
 
 // releasePuts: a commit releases the index's pages (releaseTxPages)
-// every releasePuts puts. Each put reads a leaf at a random place in the
-// index, and the fault maps the pages around it that the page cache
-// holds (64 KiB): at 1.28M objects a second's commit of 3,000 new
-// entries, three rows each, mapped most of the 550 MB index within
-// milliseconds, before the releaser's next tick.
+// every releasePuts puts. A put that is not an append (an access time or
+// a check rewritten, an entry's rows deleted) reads a leaf at a random
+// place in the index, and the fault maps the pages around it that the
+// page cache holds (64 KiB): when keys were hashes and every put was
+// such, a second's commit of 3,000 new entries at 1.28M objects mapped
+// most of the 550 MB index within milliseconds, before the releaser's
+// next tick.
 const releasePuts = 128
 
 // txRows bounds the rows one index transaction writes or deletes; a
@@ -216,8 +226,8 @@ func (s *Store) commit(c *pendingCommit) error {
 	return nil
 }
 
-// delRows is what commit counts a deletion as: its rows in the entries,
-// access times and checked buckets, and its chunks.
+// delRows is what commit counts a deletion as: its record, access time
+// and check, and its chunks.
 const delRows = 4
 
 // rows is what commit counts p as: the rows it writes or deletes.
@@ -233,36 +243,31 @@ func (p *pendingPut) rows() int {
 
 // commitTx writes dels and puts to the index in one transaction.
 // LOCKS_REQUIRED(flushMu)
-func (s *Store) commitTx(dels [][]byte, puts []pendingPut) error {
-	var tx *bolt.Tx
-	n := 0
-	put := func(b *bolt.Bucket, k, v []byte) error {
-		if s.hooks.indexPut != nil {
-			s.hooks.indexPut(k, v)
-		}
-		if n++; n%releasePuts == 0 {
-			releaseTxPages(tx)
-		}
-		return b.Put(k, v)
-	}
+func (s *Store) commitTx(dels []deletedRows, puts []pendingPut) error {
 	return guard(func() error {
-		return s.db.Update(func(t *bolt.Tx) error {
-			tx = t
+		return s.db.Update(func(tx *bolt.Tx) error {
 			if s.hooks.inCommit != nil {
 				s.hooks.inCommit()
 			}
-			eb, cb, ab := tx.Bucket(entriesBucket), tx.Bucket(chunksBucket), tx.Bucket(atimeBucket)
-			kb := tx.Bucket(checkedBucket)
-			for _, k := range dels {
-				if err := deleteEntryRows(tx, k); err != nil {
+			b := tx.Bucket(rowsBucket)
+			n := 0
+			put := func(k, v []byte) error {
+				v = seal(k, v)
+				if s.hooks.indexPut != nil {
+					s.hooks.indexPut(k, v)
+				}
+				if n++; n%releasePuts == 0 {
+					releaseTxPages(tx)
+				}
+				return b.Put(k, v)
+			}
+			for _, d := range dels {
+				if err := deleteEntryRows(b, d.row); err != nil {
 					return err
 				}
 			}
 			for _, p := range puts {
-				if err := putOne(cb, eb, ab, &p, put); err != nil {
-					return err
-				}
-				if err := putChecked(kb, p, put); err != nil {
+				if err := putOne(b, &p, put); err != nil {
 					return err
 				}
 			}
@@ -271,57 +276,59 @@ func (s *Store) commitTx(dels [][]byte, puts []pendingPut) error {
 	})
 }
 
-// putOne writes p's rows with put.
-func putOne(cb, eb, ab *bolt.Bucket, p *pendingPut, put func(b *bolt.Bucket, k, v []byte) error) error {
+// putOne writes p's rows into b with put, which seals them.
+func putOne(b *bolt.Bucket, p *pendingPut, put func(k, v []byte) error) error {
 	if p.reset {
-		if err := deleteChunks(cb, p.key); err != nil {
+		if err := deleteChunks(b, p.row); err != nil {
 			return err
 		}
 	}
-	if p.meta != nil {
-		if err := put(eb, p.key, seal(p.key, p.meta)); err != nil {
+	if p.writeAtime {
+		if err := put(rowKey(p.row, tagAtime), p.atime); err != nil {
 			return err
 		}
 	}
-	for _, ch := range p.chunks {
-		k := chunkKey(p.key, ch.idx)
+	if p.writeChecked {
+		k := rowKey(p.row, tagChecked)
 		var err error
-		if ch.val == nil {
-			err = cb.Delete(k)
+		if p.checked == nil {
+			err = b.Delete(k)
 		} else {
-			err = put(cb, k, seal(k, ch.val))
+			err = put(k, p.checked)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if p.writeAtime {
-		return put(ab, p.key, p.atime[:])
+	if p.meta != nil {
+		if err := put(rowKey(p.row, tagEntry), p.meta); err != nil {
+			return err
+		}
+	}
+	for _, ch := range p.chunks {
+		k := chunkKey(p.row, ch.idx)
+		var err error
+		if ch.val == nil {
+			err = b.Delete(k)
+		} else {
+			err = put(k, ch.val)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// putChecked writes or deletes p's checked row, if it changed.
-func putChecked(kb *bolt.Bucket, p pendingPut, put func(b *bolt.Bucket, k, v []byte) error) error {
-	switch {
-	case !p.writeChecked:
-		return nil
-	case p.checked == nil:
-		return kb.Delete(p.key)
-	default:
-		return put(kb, p.key, seal(p.key, p.checked))
-	}
-}
-
-// committed records that the deletions of keys dels are committed.
-func (s *Store) committed(dels [][]byte) {
+// committed records that the deletions dels are committed.
+func (s *Store) committed(dels []deletedRows) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, k := range dels {
-		if d := s.deleting[string(k)]; d != nil {
+	for _, del := range dels {
+		if d := s.deleting[del.key]; d != nil {
 			d.committed = true
 			if d.unlinked {
-				delete(s.deleting, string(k))
+				delete(s.deleting, del.key)
 			}
 		}
 	}
@@ -331,8 +338,8 @@ func (s *Store) committed(dels [][]byte) {
 func (s *Store) putBack(c *pendingCommit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, k := range c.dels {
-		s.deleted[string(k)] = struct{}{}
+	for _, d := range c.dels {
+		s.deleted[d.key] = d.row
 	}
 	for _, p := range c.puts {
 		if p.e.live {
@@ -369,7 +376,7 @@ func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
 	if err := moveAside(path, s.log.Error, msg, why); err != nil {
 		return nil, err
 	}
-	db, _, err := tryOpenIndex(path)
+	db, _, err := tryOpenIndex(path, nil) // empty: nothing to convert
 	if err != nil {
 		return nil, fmt.Errorf("open cache index %s: %w", path, err)
 	}
@@ -400,8 +407,8 @@ func (s *Store) rebuildIndex(why error) error {
 	// unlinked in the background (deleting keeps their keys from being
 	// written again until then).
 	var cold []*entry
-	s.cold.each(func(k coldKey, bytes int64) {
-		cold = append(cold, s.dropColdLocked(k.String(), bytes))
+	s.cold.each(func(sl coldSlot) {
+		cold = append(cold, s.dropColdLocked(sl.key.String(), sl.row, sl.bytes))
 	})
 	s.cold = coldSet{}
 	if len(cold) > 0 {

@@ -150,7 +150,7 @@ func (s *Store) checkInvariants(t *testing.T) {
 		if e.own {
 			assert.Same(t, e, s.byObj[e.obj])
 		}
-		assert.Equal(t, 0, e.pins, "pins with nothing in flight")
+		assert.Zero(t, e.pins, "pins with nothing in flight")
 		sum += e.bytes
 		assert.Len(t, e.crcs, int(e.nblocks))
 		assert.Len(t, e.present, int((e.nblocks+63)/64))
@@ -281,8 +281,19 @@ func (s *Store) checkColdLocked(t *testing.T) (sum int64) {
 		sum += s.checkColdSlotLocked(t, k, i)
 	}
 	live := 0
-	s.cold.each(func(coldKey, int64) { live++ })
+	rows := map[uint64]bool{} // every entry has a row of its own, below the next
+	s.cold.each(func(sl coldSlot) {
+		live++
+		assert.False(t, rows[sl.row], "row %d taken twice", sl.row)
+		assert.True(t, sl.row > 0 && sl.row < s.nextRow, "row %d, next %d", sl.row, s.nextRow)
+		rows[sl.row] = true
+	})
 	assert.Equal(t, live, n, "every queued slot indexed")
+	for _, e := range s.entries {
+		assert.False(t, rows[e.row], "row %d taken twice", e.row)
+		assert.True(t, e.row > 0 && e.row < s.nextRow, "row %d, next %d", e.row, s.nextRow)
+		rows[e.row] = true
+	}
 	return sum
 }
 

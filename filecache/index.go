@@ -16,56 +16,116 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The index is one bbolt file with three buckets keyed by the entry's hex
-// key (record.go has the records' format):
+// The index is one bbolt file (format 2; convert.go has format 1 and
+// its conversion). Every row of an entry is in one bucket, keyed by the
+// entry's row number, which a new entry takes from a counter, and a tag:
 //
-//	entries: name, version, size, block size, chunk 0 of bitmap and CRCs
-//	chunks:  the other chunks, keyed by entry key and chunk number
-//	atime:   last access, unix nanoseconds, and allocated bytes (16 bytes)
-//	checked: a digest of the boot and the data file's stamp when it was
-//	         last found good (checked.go); only for files found good
-//	meta:    the block size
+//	rows: ROW 'a'          access time, allocated bytes, the entry's key (atimeLen)
+//	      ROW 'c'          a digest of the boot and the data file's stamp when
+//	                       it was last found good (checked.go); only if it was
+//	      ROW 'e'          name, version, size, block size, chunk 0 (record.go)
+//	      ROW 'k' BE32(i)  chunk i of the bitmap and CRCs, i >= 1
+//	meta: the block size
 //
-// Last access lives apart because cache hits update it: keeping it out of
-// the entry value means a use rewrites 16 bytes per object, not each
-// object's bitmap and CRC array; and it is rewritten only once it is an
-// hour old (atimeGrain), or the file's size changed.
+// ROW is 8 bytes big endian, so that new entries go at the end of the
+// B+tree: a cold epoch's commits append to its last leaves, where keys
+// that were hashes put every row on a leaf of its own, at random, and
+// each commit wrote a 4 KiB page per row. An entry's rows are next to
+// each other, so a warm reads them in one descent and mostly one leaf;
+// and a deletion takes them by prefix. Memory maps keys to rows
+// (cold.go); the atime row maps them back, for Open.
+//
+// Every value ends with a seal (the CRC32C of its key and bytes, see
+// record.go), so a damaged row is found: a damaged atime row loses its
+// entry, a damaged header its entry, a damaged chunk only its blocks.
+// Last access lives in a row of its own because cache hits update it:
+// a use rewrites 52 bytes, not the entry's bitmap and CRCs; and only once
+// it is an hour old (atimeGrain), or the file's size changed.
 var (
-	entriesBucket = []byte("entries")
-	atimeBucket   = []byte("atime")
+	rowsBucket = []byte("rows")
 	// metaBucket holds the block size the entries were cached with
 	// (blockSizeKey, 8 bytes little endian).
 	metaBucket   = []byte("meta")
 	blockSizeKey = []byte("block_size")
 )
 
-// coldRow is one entry as Open reads it: from the atime bucket alone.
+// The tags of an entry's rows, after its row number.
+const (
+	tagAtime   = 'a'
+	tagChecked = 'c'
+	tagEntry   = 'e'
+	tagChunk   = 'k'
+)
+
+// rowPrefixLen is the length of a row number in a key.
+const rowPrefixLen = 8
+
+// rowKey is the key of the row of an entry at row with tag.
+func rowKey(row uint64, tag byte) []byte {
+	k := make([]byte, rowPrefixLen+1, rowPrefixLen+5)
+	binary.BigEndian.PutUint64(k, row)
+	k[rowPrefixLen] = tag
+	return k
+}
+
+// rowPrefix is the prefix of every key of the entry at row.
+func rowPrefix(row uint64) []byte { return binary.BigEndian.AppendUint64(nil, row) }
+
+// rowOf returns the row number and tag of key k, and false if k is
+// shorter than both.
+func rowOf(k []byte) (row uint64, tag byte, ok bool) {
+	if len(k) < rowPrefixLen+1 {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint64(k), k[rowPrefixLen], true
+}
+
+// coldRow is one entry as Open reads it: from its atime row alone.
 type coldRow struct {
 	key   coldKey
+	row   uint64
 	atime int64
-	bytes int64 // allocated; -1 if the row predates them (8 bytes)
+	bytes int64 // allocated
 }
 
-// loadedIndex is what Open reads of the index: every entry's key, size
-// and access time (or rank), and keys that are no entry's (bad).
+// loadedIndex is what Open reads of the index: every entry's key, row,
+// size and access time (or rank); the keys of rows that are no entry's
+// (bad); and the next row number for a new entry.
 type loadedIndex struct {
 	rows         []coldRow
-	bad          []string
+	bad          [][]byte
+	next         uint64
 	fromSnapshot bool // rows came from the snapshot (snapshot.go)
+	converted    int  // entries converted from format 1 (convert.go)
 }
 
-// atimeLen is an atime row's length: the access time, then the data
-// file's allocated bytes, so that Open learns an entry's size without
-// reading its record or its file. (Rows of 8 bytes, the access time
-// alone, were written before; Open counts their files once.)
-const atimeLen = 16
+// atimeLen is an atime row's length, without its seal: the access time
+// and the data file's allocated bytes, so that Open learns an entry's
+// size without reading its record or its file, then the entry's key.
+const atimeLen = 8 + 8 + len(coldKey{})
 
-// encodeAtime is the atime row of an entry last used at atime, with
-// bytes allocated.
-func encodeAtime(atime, bytes int64) (v [atimeLen]byte) {
+// encodeAtime is the atime row (unsealed) of the entry key, last used at
+// atime, with bytes allocated.
+func encodeAtime(atime, bytes int64, key coldKey) []byte {
+	v := make([]byte, atimeLen, atimeLen+4)
 	binary.LittleEndian.PutUint64(v[:8], uint64(atime))
 	binary.LittleEndian.PutUint64(v[8:], uint64(bytes))
+	copy(v[16:], key[:])
 	return v
+}
+
+// decodeAtime decodes the atime row v, sealed under k; false if it is
+// damaged.
+func decodeAtime(k, v []byte) (r coldRow, ok bool) {
+	body, sealed := unseal(k, v)
+	if !sealed || len(body) != atimeLen {
+		return r, false
+	}
+	r.row, _, _ = rowOf(k)
+	r.atime = int64(binary.LittleEndian.Uint64(body))
+	r.bytes = int64(binary.LittleEndian.Uint64(body[8:]))
+	copy(r.key[:], body[16:])
+	return r, r.bytes >= 0 && r.bytes <= 1<<62
 }
 
 // fullCheckMax: an index up to this size is checked whole at Open (one
@@ -123,7 +183,7 @@ func envError(err error) bool {
 // ferry processes must not share one cache directory) and an index the
 // machine will not let us open (envError) are errors, and nothing is
 // moved or deleted.
-func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, idx loadedIndex, err error) {
+func openIndex(path string, bytes func(key string) int64, logf func(msg string, args ...any)) (db *bolt.DB, idx loadedIndex, err error) {
 	// bbolt checks an index in a goroutine of its own, where a fault on a
 	// damaged page kills the process (guard cannot reach it). A marker
 	// left by an open that never finished says so at the next start,
@@ -143,7 +203,7 @@ func openIndex(path string, logf func(msg string, args ...any)) (db *bolt.DB, id
 	mf.Close()
 	defer os.Remove(marker)
 	for attempt := 0; attempt < 2; attempt++ {
-		db, idx, err = tryOpenIndex(path)
+		db, idx, err = tryOpenIndex(path, bytes)
 		if err == nil {
 			return db, idx, nil
 		}
@@ -189,9 +249,9 @@ func openNoFollow(name string, flag int, perm os.FileMode) (*os.File, error) {
 // have left bbolt's writer lock held, and Close would wait for it
 // forever (see Store.rebuildIndex). Its flock goes with the file, which
 // the caller moves aside.
-func tryOpenIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
+func tryOpenIndex(path string, bytes func(key string) int64) (db *bolt.DB, idx loadedIndex, err error) {
 	err = guard(func() error {
-		db, idx, err = readIndex(path)
+		db, idx, err = readIndex(path, bytes)
 		return err
 	})
 	if err != nil {
@@ -200,11 +260,13 @@ func tryOpenIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 	return db, idx, nil
 }
 
-// readIndex opens the index and reads every entry's access time and
+// readIndex opens the index and reads every entry's row, access time and
 // size, from the snapshot a clean Close left (snapshot.go) or else from
-// the index's atime rows. It closes the database on the errors it returns (not on a panic:
-// see tryOpenIndex).
-func readIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
+// the index's atime rows. An index of format 1 is converted first
+// (convert.go), with bytes telling the allocated bytes of an entry's
+// file where its rows did not (-1 if it is gone). It closes the
+// database on the errors it returns (not on a panic: see tryOpenIndex).
+func readIndex(path string, bytes func(key string) int64) (db *bolt.DB, idx loadedIndex, err error) {
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
 	if err != nil {
 		return nil, loadedIndex{}, err
@@ -224,6 +286,12 @@ func readIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 		}
 		return err
 	})
+	if err == nil {
+		db, idx.converted, err = convertIndex(db, path, bytes)
+		if db == nil {
+			return nil, loadedIndex{}, err
+		}
+	}
 	// The snapshot, if a clean Close left one for this very index state
 	// (read before the Update below commits).
 	var txid int
@@ -235,20 +303,25 @@ func readIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 	}
 	if err == nil {
 		err = db.Update(func(tx *bolt.Tx) error {
-			for _, b := range entryBuckets {
-				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-					return err
-				}
-			}
-			return nil
+			_, err := tx.CreateBucketIfNotExists(rowsBucket)
+			return err
 		})
 	}
 	if err == nil && !idx.fromSnapshot {
 		prefetch(db)
 		err = db.View(func(tx *bolt.Tx) error {
-			idx.rows, idx.bad = scanAtimes(tx.Bucket(atimeBucket))
+			idx.rows, idx.bad = scanRows(tx.Bucket(rowsBucket))
 			return nil
 		})
+	}
+	if err == nil {
+		err = db.View(func(tx *bolt.Tx) error {
+			idx.next = nextRow(tx.Bucket(rowsBucket))
+			return nil
+		})
+	}
+	if err == nil {
+		reserveIndex(path)
 	}
 	if err != nil {
 		db.Close()
@@ -257,12 +330,27 @@ func readIndex(path string) (db *bolt.DB, idx loadedIndex, err error) {
 	return db, idx, nil
 }
 
+// maxRow bounds row numbers: a key past it is damage (at a million new
+// entries a second, 2^62 rows last 146,000 years).
+const maxRow = 1 << 62
+
+// nextRow is the row number for the next new entry: one past the
+// index's last (1 in an empty index), so that no row is used twice.
+func nextRow(b *bolt.Bucket) uint64 {
+	c := b.Cursor()
+	for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+		if row, _, ok := rowOf(k); ok && row < maxRow {
+			return row + 1
+		}
+	}
+	return 1
+}
+
 // prefetch asks the kernel to read the index file into the page cache,
 // in large sequential reads, before the scan of access times faults its
-// pages in one by one: bbolt maps the file MADV_RANDOM, and the atime
-// rows' pages are spread over the whole file, so after a reboot the
-// scan of a 1.28M-object index waited on about 40,000 random reads.
-// Best effort.
+// pages in one by one: bbolt maps the file MADV_RANDOM, and after a
+// reboot the scan of a 1.28M-object index waited on about 40,000 random
+// reads. Best effort.
 func prefetch(db *bolt.DB) {
 	f, err := os.Open(db.Path())
 	if err != nil {
@@ -272,25 +360,40 @@ func prefetch(db *bolt.DB) {
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_WILLNEED)
 }
 
-// scanAtimes reads every entry's access time and size, in key order;
-// keys that are no entry's (not 64 hex digits) are returned in bad.
-func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
-	c := ab.Cursor()
+// scanRows reads every entry's key, row, access time and size from their
+// atime rows, in row order. The keys of rows that are no entry's (an
+// entry's rows without a good atime row, keys of no row's form) are
+// returned in bad.
+func scanRows(b *bolt.Bucket) (rows []coldRow, bad [][]byte) {
+	var group [][]byte // the keys of the current row's entry
+	var cur uint64
+	found := false
+	end := func() {
+		if !found {
+			bad = append(bad, group...)
+		}
+		group, found = group[:0], false
+	}
+	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		ck, ok := coldKeyOf(string(k))
+		row, tag, ok := rowOf(k)
 		if !ok {
-			bad = append(bad, string(k))
+			bad = append(bad, bytes.Clone(k))
 			continue
 		}
-		r := coldRow{key: ck, bytes: -1}
-		if len(v) >= 8 {
-			r.atime = int64(binary.LittleEndian.Uint64(v))
+		if row != cur || len(group) == 0 {
+			end()
+			cur = row
 		}
-		if len(v) == atimeLen {
-			r.bytes = min(int64(binary.LittleEndian.Uint64(v[8:])), 1<<62)
+		group = append(group, bytes.Clone(k))
+		if tag != tagAtime || len(k) != rowPrefixLen+1 {
+			continue
 		}
-		rows = append(rows, r)
+		if r, ok := decodeAtime(k, v); ok {
+			rows, found = append(rows, r), true
+		}
 	}
+	end()
 	return rows, bad
 }
 
@@ -298,7 +401,7 @@ func scanAtimes(ab *bolt.Bucket) (rows []coldRow, bad []string) {
 // found damaged: their blocks are absent, and the caller has them
 // deleted. checked is the digest of the file's last check in this boot,
 // if its checked row has one (checked.go), else zero. atime and bytes are
-// its atime row's (0 and -1 if it has none, or one without the size).
+// its atime row's (0 and -1 if it has none).
 type entryRows struct {
 	rec     *record
 	lost    int
@@ -307,43 +410,58 @@ type entryRows struct {
 	bytes   int64
 }
 
-// readEntry reads the record of key, its chunks, checked and atime rows
-// from the index; a nil record with no error if there is none.
-func (s *Store) readEntry(key string) (r entryRows, err error) {
+// readEntry reads the rows of the entry at row from the index: its
+// record, chunks, checked and atime rows, in one walk of its keys. A nil
+// record with no error if there is none.
+func (s *Store) readEntry(row uint64) (r entryRows, err error) {
 	db := s.liveDB.Load() // not s.db: a commit may hold flushMu for a while
 	if db == nil {
 		return r, errIndexDamaged
 	}
+	r.bytes = -1
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
-			k := []byte(key)
-			v := tx.Bucket(entriesBucket).Get(k)
-			if v == nil {
+			var checked []byte
+			var chunks [][2][]byte
+			prefix := rowPrefix(row)
+			c := tx.Bucket(rowsBucket).Cursor()
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				switch _, tag, _ := rowOf(k); {
+				case tag == tagEntry && len(k) == rowPrefixLen+1:
+					rec, derr := decodeRecord(k, v)
+					if r.rec = rec; derr != nil {
+						return derr
+					}
+				case tag == tagAtime && len(k) == rowPrefixLen+1:
+					if a, ok := decodeAtime(k, v); ok {
+						r.atime, r.bytes = a.atime, a.bytes
+					}
+				case tag == tagChecked && len(k) == rowPrefixLen+1:
+					checked = v
+				case tag == tagChunk:
+					chunks = append(chunks, [2][]byte{k, v})
+				}
+			}
+			rec := r.rec
+			if rec == nil {
 				return nil
 			}
-			rec, derr := decodeRecord(k, v)
-			if r.rec = rec; derr != nil {
-				return derr
-			}
-			if cv := tx.Bucket(checkedBucket).Get(k); cv != nil {
-				r.checked = decodeChecked(k, cv, s.bootID, rec.size)
-			}
-			r.bytes = -1
-			if av := tx.Bucket(atimeBucket).Get(k); len(av) >= 8 {
-				r.atime = int64(binary.LittleEndian.Uint64(av))
-				if len(av) == atimeLen {
-					r.bytes = int64(binary.LittleEndian.Uint64(av[8:]))
-				}
+			if checked != nil {
+				r.checked = decodeChecked(rowKey(row, tagChecked), checked, s.bootID, rec.size)
 			}
 			n := numBlocks(rec.size, rec.blockSize)
 			if rec.format != recordV2 || numChunks(n) == 1 {
+				r.lost = len(chunks)
 				return nil
 			}
-			c := tx.Bucket(chunksBucket).Cursor()
-			for ck, cv := c.Seek(k); ck != nil && bytes.HasPrefix(ck, k); ck, cv = c.Next() {
-				i := int64(binary.BigEndian.Uint32(ck[len(k):]))
+			for _, ch := range chunks {
+				ck, cv := ch[0], ch[1]
 				body, sealed := unseal(ck, cv)
-				if len(ck) != len(k)+4 || i == 0 || i >= numChunks(n) || !sealed || !readChunk(body, rec.present, rec.crcs, n, i) {
+				i := int64(-1)
+				if len(ck) == rowPrefixLen+5 {
+					i = int64(binary.BigEndian.Uint32(ck[rowPrefixLen+1:]))
+				}
+				if i < 1 || i >= numChunks(n) || !sealed || !readChunk(body, rec.present, rec.crcs, n, i) {
 					r.lost++
 				}
 			}
@@ -353,35 +471,60 @@ func (s *Store) readEntry(key string) (r entryRows, err error) {
 	return r, err
 }
 
-// entryBuckets are the buckets that hold entries' rows, by entry key.
-var entryBuckets = [][]byte{entriesBucket, chunksBucket, atimeBucket, checkedBucket}
-
-// deleteEntryRows deletes every row of the entry key from tx: its record,
-// chunks, access time and check.
-func deleteEntryRows(tx *bolt.Tx, key []byte) error {
-	for _, b := range [][]byte{entriesBucket, atimeBucket, checkedBucket} {
-		if err := tx.Bucket(b).Delete(key); err != nil {
-			return err
-		}
-	}
-	return deleteChunks(tx.Bucket(chunksBucket), key)
+// deleteEntryRows deletes every row of the entry at row from b: its
+// record, chunks, access time and check.
+func deleteEntryRows(b *bolt.Bucket, row uint64) error {
+	return deletePrefix(b, rowPrefix(row))
 }
 
-// deleteChunks deletes every chunk of the entry key from cb. A key that
-// is not an entry's (a damaged row's) owns no chunk, and is not taken as
-// a prefix: it could be the start of other entries' keys. Chunks whose
-// entry is gone are deleted at open anyway.
-func deleteChunks(cb *bolt.Bucket, key []byte) error {
-	if len(key) != 64 {
-		return nil
-	}
-	c := cb.Cursor()
-	for k, _ := c.Seek(key); k != nil && bytes.HasPrefix(k, key); k, _ = c.Seek(key) {
+// deleteChunks deletes every chunk row of the entry at row from b.
+func deleteChunks(b *bolt.Bucket, row uint64) error {
+	return deletePrefix(b, rowKey(row, tagChunk))
+}
+
+// deletePrefix deletes every key of b that begins with prefix.
+func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
 		if err := c.Delete(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Room for the index on a full volume. A commit writes new pages, and
+// when the file has no free page left bbolt extends it with a truncate,
+// which allocates nothing: the pages' writes then need space of the
+// volume that the data files may have taken, and a commit that fails for
+// want of it loses its entries (their files become orphans, removed only
+// after the next Open). So the index keeps the space of its next growth
+// allocated past its end (fallocate with KEEP_SIZE): bbolt doubles a small
+// file, and adds 16 MiB (its AllocSize) to a large one.
+const (
+	reserveMin = 64 << 10
+	reserveMax = 32 << 20
+)
+
+// reserveIndex allocates the index at path, and the room for it to grow
+// into, as far as the volume has it; best effort.
+func reserveIndex(path string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return
+	}
+	// Allocated past the end already: fallocate is only asked again once
+	// the file grew into its reserve. From 0: bbolt's truncates leave
+	// holes within the file too, for pages not yet written.
+	if st.Blocks*512 >= st.Size+reserveMin {
+		return
+	}
+	_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, st.Size+min(max(st.Size, reserveMin), reserveMax))
 }
 
 // releaseInterval is how often releaser releases the index's pages,

@@ -46,14 +46,15 @@ func (s *Store) Drop(match func(name string) bool) (entries int, bytes int64) {
 			victims = append(victims, v)
 		}
 	}
-	for _, ck := range cold {
+	for _, c := range cold {
 		// Still cold: one warmed meanwhile was dropped above, or is
 		// newer than the call.
-		if b, ok := s.cold.take(ck); ok {
+		if row, ok := s.cold.rowOf(c.key); ok && row == c.row {
+			sl, _ := s.cold.take(c.key)
 			entries++
-			bytes += b
+			bytes += sl.bytes
 			s.evictions.Add(1)
-			victims = append(victims, s.dropColdLocked(ck.String(), b))
+			victims = append(victims, s.dropColdLocked(c.key.String(), sl.row, sl.bytes))
 		}
 	}
 	s.mu.Unlock()
@@ -68,29 +69,37 @@ func (s *Store) Drop(match func(name string) bool) (entries int, bytes int64) {
 	return entries, bytes
 }
 
-// coldMatching returns the keys of the index's records whose names
-// match: candidates, for the caller to check that they are still cold.
-func (s *Store) coldMatching(match func(name string) bool) ([]coldKey, error) {
+// coldMatching returns the keys and rows of the index's entries whose
+// names match: candidates, for the caller to check that they are still
+// cold.
+func (s *Store) coldMatching(match func(name string) bool) ([]coldRow, error) {
 	db := s.liveDB.Load()
 	if db == nil {
 		return nil, nil
 	}
-	var keys []coldKey
+	var found []coldRow
 	err := guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
-			return tx.Bucket(entriesBucket).ForEach(func(k, v []byte) error {
-				ck, ok := coldKeyOf(string(k))
-				if !ok {
-					return nil
-				}
-				// Only this bucket's: records do not name theirs, keys do.
-				rec, err := decodeRecord(k, v)
-				if err == nil && match(rec.name) && s.keySum(Key{Name: rec.name, Version: rec.version, Size: rec.size}) == ck {
-					keys = append(keys, ck)
+			var cur coldRow // the entry's atime row, which comes before its record
+			return tx.Bucket(rowsBucket).ForEach(func(k, v []byte) error {
+				row, tag, ok := rowOf(k)
+				switch {
+				case !ok || len(k) != rowPrefixLen+1:
+				case tag == tagAtime:
+					var good bool
+					if cur, good = decodeAtime(k, v); !good {
+						cur = coldRow{} // row 0 is no entry's
+					}
+				case tag == tagEntry && cur.row == row:
+					// Only this bucket's: records do not name theirs, keys do.
+					rec, err := decodeRecord(k, v)
+					if err == nil && match(rec.name) && s.keySum(Key{Name: rec.name, Version: rec.version, Size: rec.size}) == cur.key {
+						found = append(found, cur)
+					}
 				}
 				return nil
 			})
 		})
 	})
-	return keys, err
+	return found, err
 }

@@ -28,15 +28,16 @@ func TestDataFileNameIsStable(t *testing.T) {
 	require.NoError(t, err, "the data file is named by the key")
 
 	os.Remove(filepath.Join(dir, "v1", snapshotName)) // the index's rows, not the snapshot's
-	db, idx, err := openIndex(filepath.Join(dir, "v1", "index.db"), t.Logf)
+	db, idx, err := openIndex(filepath.Join(dir, "v1", "index.db"), nil, t.Logf)
 	require.NoError(t, err)
 	defer db.Close()
 	assert.Empty(t, idx.bad)
 	rows := idx.rows
 	require.Len(t, rows, 1)
-	assert.Equal(t, want, rows[0].key.String(), "the index row is keyed by it")
+	assert.Equal(t, want, rows[0].key.String(), "the index's atime row holds it")
 	require.NoError(t, db.View(func(tx *bolt.Tx) error {
-		rec, err := decodeRecord([]byte(want), tx.Bucket(entriesBucket).Get([]byte(want)))
+		k := rowKey(rows[0].row, tagEntry)
+		rec, err := decodeRecord(k, tx.Bucket(rowsBucket).Get(k))
 		require.NoError(t, err)
 		assert.Equal(t, "train/a.rec", rec.name)
 		return nil

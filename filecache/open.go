@@ -163,7 +163,7 @@ func newStore(cfg Config, h hooks, root string) *Store {
 		open:        list.New(),
 		deleting:    map[string]*deletion{},
 		dirty:       map[string]*entry{},
-		deleted:     map[string]struct{}{},
+		deleted:     map[string]uint64{},
 		loggedKinds: map[string]bool{},
 		splice:      cfg.Splice,
 		bootID:      h.bootID(),
@@ -209,13 +209,18 @@ func (s *Store) claimDir() error {
 // commit finds the index damaged, the cache starts empty, with a fresh
 // index. On error, no index is open.
 func (s *Store) loadIndex() error {
-	db, idx, err := openIndex(filepath.Join(s.dir, "index.db"), s.log.Error)
+	t0 := time.Now()
+	db, idx, err := openIndex(filepath.Join(s.dir, "index.db"), s.fileBytes, s.log.Error)
 	if err != nil {
 		return err
 	}
+	if idx.converted > 0 {
+		s.log.Info("cache index converted to the current format, once", "entries", idx.converted,
+			"seconds", time.Since(t0).Seconds())
+	}
 	s.db = db
 	s.fromSnapshot = idx.fromSnapshot
-	err = s.load(idx.rows, idx.bad)
+	err = s.load(idx)
 	if err == nil {
 		return nil
 	}
@@ -229,60 +234,55 @@ func (s *Store) loadIndex() error {
 	if s.db, err = s.freshIndex("cache index is corrupt; moving it aside and starting an empty cache", err); err != nil {
 		return err
 	}
-	s.cold, s.used = coldSet{}, 0
+	s.cold, s.used, s.nextRow = coldSet{}, 0, 1
 	return nil
 }
 
+// fileBytes is the allocated bytes of the data file of key, or -1 if
+// there is none.
+func (s *Store) fileBytes(key string) int64 {
+	var st unix.Stat_t
+	if err := unix.Lstat(s.pathFor(key), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1
+	}
+	return st.Blocks * 512
+}
+
 // load queues the index's entries cold (cold.go), least recent first,
-// and counts what they use. Rows from before the index recorded sizes
-// have their files counted once, and written again with them; rows of
-// missing files, and rows that are no entry's (bad), go. Nothing else
-// is read now: records are checked as they are warmed, and files that
-// no entry claims are removed after Open returns (tidy).
-func (s *Store) load(rows []coldRow, bad []string) error {
+// and counts what they use; rows that are no entry's (idx.bad), and an
+// entry's rows whose key another entry has, go. Nothing else is read
+// now: records are checked as they are warmed, and files that no entry
+// claims are removed after Open returns (tidy).
+func (s *Store) load(idx loadedIndex) error {
 	emptied, err := s.claimBlockSize()
 	if err != nil {
 		return fmt.Errorf("cache index: %w", err)
 	}
+	rows, bad := idx.rows, idx.bad
+	s.nextRow = max(idx.next, 1)
 	if emptied {
-		rows, bad = nil, nil
+		rows, bad, s.nextRow = nil, nil, 1
 	}
-	drop := bad
-	var upgraded []coldRow
-	for i := range rows {
-		r := &rows[i]
-		if r.bytes >= 0 {
-			continue
-		}
-		var st unix.Stat_t
-		key := r.key.String()
-		if err := unix.Lstat(s.pathFor(key), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			drop = append(drop, key)
-			continue
-		}
-		r.bytes = st.Blocks * 512
-		upgraded = append(upgraded, *r)
-	}
-	if len(upgraded) > 0 {
-		s.log.Info("cache index: counting the files of entries recorded without their size, once", "entries", len(upgraded))
-		if err := s.putAtimes(upgraded); err != nil {
-			return fmt.Errorf("upgrade cache index: %w", err)
-		}
-	}
-	slices.SortFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
+	slices.SortStableFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
 	s.cold.slots = make([]coldSlot, 0, len(rows))
 	s.cold.pos = make(map[uint64]int32, len(rows))
-	for _, r := range rows { // keys are unique: the index's, or the snapshot's of them
-		if r.bytes >= 0 {
-			s.cold.add(r.key, r.bytes)
-			s.used += r.bytes
+	var dups []uint64
+	for _, r := range rows {
+		if s.cold.has(r.key) {
+			// Only damage makes two entries of one key: keep the
+			// more recent.
+			sl, _ := s.cold.take(r.key)
+			s.used -= sl.bytes
+			dups = append(dups, sl.row)
 		}
+		s.cold.add(r.key, r.row, r.bytes)
+		s.used += r.bytes
 	}
-	if len(drop) == 0 {
+	if len(bad)+len(dups) == 0 {
 		return nil
 	}
-	s.log.Info("cache cleaned up", "stale_entries", len(drop))
-	if err := s.deleteRows(drop); err != nil {
+	s.log.Info("cache cleaned up", "stale_rows", len(bad), "duplicate_entries", len(dups))
+	if err := s.deleteRows(bad, dups); err != nil {
 		return fmt.Errorf("clean cache index: %w", err)
 	}
 	return nil
@@ -305,13 +305,11 @@ func (s *Store) claimBlockSize() (emptied bool, err error) {
 			if v := mb.Get(blockSizeKey); v != nil && !bytes.Equal(v, want[:]) {
 				s.log.Info("cache block size changed: dropping the cache", "block_size", s.blockSize)
 				emptied = true
-				for _, b := range entryBuckets {
-					if err := tx.DeleteBucket(b); err != nil {
-						return err
-					}
-					if _, err := tx.CreateBucket(b); err != nil {
-						return err
-					}
+				if err := tx.DeleteBucket(rowsBucket); err != nil {
+					return err
+				}
+				if _, err := tx.CreateBucket(rowsBucket); err != nil {
+					return err
 				}
 			}
 			return mb.Put(blockSizeKey, want[:])
@@ -320,28 +318,19 @@ func (s *Store) claimBlockSize() (emptied bool, err error) {
 	return emptied, err
 }
 
-// putAtimes writes the atime rows of rows, in one commit.
-func (s *Store) putAtimes(rows []coldRow) error {
+// deleteRows deletes the index rows keys, and every row of the entries
+// at rows, in one commit.
+func (s *Store) deleteRows(keys [][]byte, rows []uint64) error {
 	return guard(func() error {
 		return s.db.Update(func(tx *bolt.Tx) error {
-			ab := tx.Bucket(atimeBucket)
-			for _, r := range rows {
-				v := encodeAtime(r.atime, r.bytes)
-				if err := ab.Put([]byte(r.key.String()), v[:]); err != nil {
+			b := tx.Bucket(rowsBucket)
+			for _, k := range keys {
+				if err := b.Delete(k); err != nil {
 					return err
 				}
 			}
-			return nil
-		})
-	})
-}
-
-// deleteRows deletes the index rows of keys, in one commit.
-func (s *Store) deleteRows(keys []string) error {
-	return guard(func() error {
-		return s.db.Update(func(tx *bolt.Tx) error {
-			for _, k := range keys {
-				if err := deleteEntryRows(tx, []byte(k)); err != nil {
+			for _, r := range rows {
+				if err := deleteEntryRows(b, r); err != nil {
 					return err
 				}
 			}

@@ -12,8 +12,8 @@ import (
 // lock. (Format 1 kept them whole in the entry: a 64 GiB object's 4 MiB of
 // CRCs was encoded and written at every commit, whatever was read.)
 //
-//	entries/KEY           2, name, version, size, block size, chunk 0, seal
-//	chunks/KEY BE32(i)    chunk i, for i >= 1, seal
+//	ROW 'e'            2, name, version, size, block size, chunk 0, seal
+//	ROW 'k' BE32(i)    chunk i, for i >= 1, seal
 //
 // A chunk is the bitmap words of its blocks, then their CRCs, little
 // endian. A chunk with no block present is not stored: a missing chunk
@@ -25,8 +25,6 @@ import (
 // Format 1 (entry: 1, name, version, size, block size, allocated bytes,
 // the whole bitmap, every CRC; no seal) is still read: Open loads it and
 // its first commit writes the entry again in format 2.
-var chunksBucket = []byte("chunks")
-
 const (
 	recordV1 = 1
 	recordV2 = 2
@@ -117,9 +115,9 @@ func readChunk(v []byte, present bitmap, crcs []uint32, n, c int64) bool {
 	return true
 }
 
-// chunkKey is the chunks bucket's key of chunk c of the entry key.
-func chunkKey(key []byte, c int64) []byte {
-	return binary.BigEndian.AppendUint32(append(make([]byte, 0, len(key)+4), key...), uint32(c))
+// chunkKey is the key of chunk c of the entry at row (index.go).
+func chunkKey(row uint64, c int64) []byte {
+	return binary.BigEndian.AppendUint32(rowKey(row, tagChunk), uint32(c))
 }
 
 // seal appends the CRC32C of key and v to v.

@@ -17,15 +17,20 @@ import (
 // pages are spread over the whole file: after a reboot, reading them
 // from a 790 MB index of 1.28M objects took 5-7 s of random reads on the
 // development machine. So a clean Close writes them, in order, to one
-// small file (40 bytes an entry), stamped with the index's last
+// small file (48 bytes an entry), stamped with the index's last
 // transaction, and the next Open reads that sequentially if the stamp
 // still matches: nothing has committed since. A crash leaves no snapshot
 // (or a stale one), and Open scans the index instead.
 //
-//	"FERRYSN1", txid uint64, n uint64, n × (key [32]byte, bytes uint64), CRC32C of all before it
+//	"FERRYSN2", txid uint64, n uint64, n × (key [32]byte, bytes uint64, row uint64), CRC32C of all before it
+//
+// (FERRYSN1, of the first index format, had no rows; it is not read.)
 const snapshotName = "entries.snapshot"
 
-var snapshotMagic = []byte("FERRYSN1")
+var snapshotMagic = []byte("FERRYSN2")
+
+// snapshotRow is the length of an entry in the snapshot.
+const snapshotRow = 48
 
 // writeSnapshot writes the entries in LRU order, least recent first,
 // stamped with the index's transaction. It runs in Close, after the last
@@ -59,17 +64,18 @@ func (s *Store) writeSnapshot() error {
 	binary.LittleEndian.PutUint64(hdr[8:], uint64(txid))
 	binary.LittleEndian.PutUint64(hdr[16:], uint64(n))
 	w.Write(hdr[:])
-	var row [40]byte
-	put := func(k coldKey, bytes int64) {
-		copy(row[:32], k[:])
-		binary.LittleEndian.PutUint64(row[32:], uint64(bytes))
+	var row [snapshotRow]byte
+	put := func(sl coldSlot) {
+		copy(row[:32], sl.key[:])
+		binary.LittleEndian.PutUint64(row[32:], uint64(sl.bytes))
+		binary.LittleEndian.PutUint64(row[40:], sl.row)
 		w.Write(row[:])
 	}
 	s.cold.each(put)
 	for el := s.lru.Back(); el != nil; el = el.Prev() {
 		e := el.Value.(*entry)
 		k, _ := coldKeyOf(e.key)
-		put(k, e.bytes)
+		put(coldSlot{key: k, row: e.row, bytes: e.bytes})
 	}
 	s.mu.Unlock()
 	err = w.Flush()
@@ -106,15 +112,16 @@ func readSnapshot(dir string, txid int) ([]coldRow, bool) {
 	}
 	n := binary.LittleEndian.Uint64(body[16:])
 	body = body[24:]
-	if uint64(len(body)) != n*40 {
+	if uint64(len(body)) != n*snapshotRow {
 		return nil, false
 	}
 	rows := make([]coldRow, n)
 	for i := range rows {
-		r := body[40*i : 40*i+40]
+		r := body[snapshotRow*i : snapshotRow*(i+1)]
 		copy(rows[i].key[:], r[:32])
 		rows[i].atime = int64(i) // the order is the snapshot's
 		rows[i].bytes = min(int64(binary.LittleEndian.Uint64(r[32:])), 1<<62)
+		rows[i].row = binary.LittleEndian.Uint64(r[40:])
 	}
 	return rows, true
 }

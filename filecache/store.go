@@ -149,6 +149,7 @@ type deletion struct {
 type entry struct {
 	// Constant data
 	key     string // keyFor(obj): hex SHA-256, also the file name
+	row     uint64 // its rows' number in the index (index.go)
 	obj     Key
 	nblocks int64
 
@@ -172,10 +173,10 @@ type entry struct {
 	// direct is file reopened with O_DIRECT, for writes; nil until the
 	// first write (or when the volume refuses direct I/O).
 	direct *os.File // GUARDED_BY(Store.mu)
-	pins   int      // GUARDED_BY(Store.mu); reads and writes in flight, and holds
+	pins   int32    // GUARDED_BY(Store.mu); reads and writes in flight, and holds
 	// holds: WholeFiles handed out (whole.go), long-lived pins.
-	holds   int // GUARDED_BY(Store.mu)
-	writing int // GUARDED_BY(Store.mu); writes in flight
+	holds   int32 // GUARDED_BY(Store.mu)
+	writing int32 // GUARDED_BY(Store.mu); writes in flight
 	// dirtyChunks are the chunks but 0 changed since the last commit;
 	// resetChunks: the index may hold chunks that memory no longer has
 	// (the file was created again), and the commit deletes them first.
@@ -270,7 +271,8 @@ type Store struct {
 	cold        coldSet              // GUARDED_BY(mu); entries the index has and memory does not (cold.go)
 	deleting    map[string]*deletion // GUARDED_BY(mu); evicted, not yet unlinked and committed
 	dirty       map[string]*entry    // GUARDED_BY(mu); to write at the next commit
-	deleted     map[string]struct{}  // GUARDED_BY(mu); to delete at the next commit
+	deleted     map[string]uint64    // GUARDED_BY(mu); to delete at the next commit: key -> row
+	nextRow     uint64               // GUARDED_BY(mu); the row of the next new entry
 	dirtyBlocks int                  // GUARDED_BY(mu)
 	used        int64                // GUARDED_BY(mu)
 	reserved    int64                // GUARDED_BY(mu); space claimed by writes in flight

@@ -1,32 +1,26 @@
 package filecache
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
 
-// tidy removes, in the background, what no entry claims: data files
+// tidy removes, in the background, the data files that no entry claims
 // (left by a crash between a file's creation and the commit of its entry,
-// or by a rebuilt index) and chunk rows (left by an older ferry). Open
-// used to do this before it returned, and walking a million cache files
-// delayed the mount by tens of seconds; reads do not need it. It stops
-// early at Close.
+// or by a rebuilt index). Open used to do this before it returned, and
+// walking a million cache files delayed the mount by tens of seconds;
+// reads do not need it. It stops early at Close. (Rows of the index that
+// are no entry's are found by the scan of an Open without a snapshot:
+// an entry's rows are written and deleted together, so only damage
+// leaves any.)
 func (s *Store) tidy(since time.Time) {
 	defer close(s.tidied)
 	t0 := time.Now()
 	files, orphans := s.removeOrphans(since)
-	stray, err := s.removeStrayChunks()
-	if err != nil {
-		s.logOnce("index tidy", "cache index: could not remove chunks of entries that are gone", "err", err)
-	}
-	s.log.Info("cache tidied", "files", files, "orphan_files", orphans, "stray_chunks", stray,
-		"seconds", time.Since(t0).Seconds())
+	s.log.Info("cache tidied", "files", files, "orphan_files", orphans, "seconds", time.Since(t0).Seconds())
 }
 
 // stopping reports whether Close has begun.
@@ -112,65 +106,4 @@ func (s *Store) claimedLocked(dir, name string) bool {
 // data or its inode) before t.
 func changedBefore(st *unix.Stat_t, t time.Time) bool {
 	return time.Unix(st.Ctim.Unix()).Before(t) && time.Unix(st.Mtim.Unix()).Before(t)
-}
-
-// removeStrayChunks deletes the chunk rows of entries that are neither
-// warm nor cold, and returns how many. Only objects over one chunk
-// (16 MiB at the default block size) have chunk rows, so the walk is
-// short next to the entries.
-func (s *Store) removeStrayChunks() (int, error) {
-	db := s.liveDB.Load()
-	if db == nil {
-		return 0, nil
-	}
-	var keys [][]byte
-	err := guard(func() error {
-		return db.View(func(tx *bolt.Tx) error {
-			c := tx.Bucket(chunksBucket).Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				keys = append(keys, append([]byte(nil), k...))
-			}
-			return nil
-		})
-	})
-	if err != nil || len(keys) == 0 {
-		return 0, err
-	}
-	// Checked under flushMu: no commit runs between the check and the
-	// delete, so none writes a chunk of an entry made meanwhile.
-	s.flushMu.Lock()
-	defer s.flushMu.Unlock()
-	if s.db == nil || s.stopping() {
-		return 0, nil
-	}
-	s.mu.Lock()
-	stray := keys[:0]
-	for _, k := range keys {
-		if len(k) != 68 || !s.claimedLocked(string(k[:2]), string(k[:64])) {
-			stray = append(stray, k)
-		}
-	}
-	s.mu.Unlock()
-	if len(stray) == 0 {
-		return 0, nil
-	}
-	err = guard(func() error {
-		return s.db.Update(func(tx *bolt.Tx) error {
-			cb := tx.Bucket(chunksBucket)
-			for _, k := range stray {
-				if err := cb.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	})
-	if errors.Is(err, errIndexDamaged) {
-		// As in a commit (flush): the index is written again from
-		// memory.
-		if rerr := s.rebuildIndex(err); rerr != nil {
-			return 0, fmt.Errorf("%w; rebuilding it: %w", err, rerr)
-		}
-	}
-	return len(stray), err
 }

@@ -167,9 +167,10 @@ func (s *Store) entryForWriteLocked(obj Key, ck coldKey, e *entry) (_ *entry, is
 		return nil, false
 	}
 	e = &entry{
-		key: key, own: true, obj: obj,
+		key: key, row: s.nextRow, own: true, obj: obj,
 		nblocks: numBlocks(obj.Size, s.blockSize), live: true,
 	}
+	s.nextRow++
 	e.present = newBitmap(e.nblocks)
 	e.crcs = make([]uint32, e.nblocks)
 	s.insertLocked(e)

@@ -1,0 +1,137 @@
+package filecache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+// toIndexFormat1 writes the index of dir (store closed) again as an
+// older ferry kept it (index format 1, convert.go): each kind of row in a
+// bucket of its own, keyed by the entry's hex key, sealed under it.
+func toIndexFormat1(t *testing.T, dir string) {
+	editIndex(t, dir, func(tx *bolt.Tx) error {
+		buckets := map[string]*bolt.Bucket{}
+		for _, name := range [][]byte{v1Entries, v1Chunks, v1Atime, v1Checked} {
+			b, err := tx.CreateBucketIfNotExists(name)
+			require.NoError(t, err)
+			buckets[string(name)] = b
+		}
+		keys := map[uint64][]byte{} // row -> hex key
+		rb := tx.Bucket(rowsBucket)
+		require.NoError(t, rb.ForEach(func(k, v []byte) error {
+			row, tag, ok := rowOf(k)
+			require.True(t, ok)
+			if tag == tagAtime {
+				r, ok := decodeAtime(k, v)
+				require.True(t, ok)
+				keys[row] = []byte(r.key.String())
+				var av [16]byte
+				binary.LittleEndian.PutUint64(av[:], uint64(r.atime))
+				binary.LittleEndian.PutUint64(av[8:], uint64(r.bytes))
+				return buckets[string(v1Atime)].Put(keys[row], av[:])
+			}
+			key := keys[row]
+			require.NotNil(t, key, "an entry's atime row comes first")
+			body, sealed := unseal(k, v)
+			switch tag {
+			case tagEntry:
+				if v[0] == recordV1 {
+					return buckets[string(v1Entries)].Put(key, bytes.Clone(v))
+				}
+				require.True(t, sealed)
+				return buckets[string(v1Entries)].Put(key, seal(key, bytes.Clone(body)))
+			case tagChecked:
+				require.True(t, sealed)
+				return buckets[string(v1Checked)].Put(key, seal(key, bytes.Clone(body)))
+			case tagChunk:
+				require.True(t, sealed)
+				ck := binary.BigEndian.AppendUint32(bytes.Clone(key), binary.BigEndian.Uint32(k[rowPrefixLen+1:]))
+				return buckets[string(v1Chunks)].Put(ck, seal(ck, bytes.Clone(body)))
+			}
+			return nil
+		}))
+		return tx.DeleteBucket(rowsBucket)
+	})
+	require.NoError(t, os.Remove(filepath.Join(dir, "v1", snapshotName)))
+}
+
+// An index of format 1 is converted at Open: every entry keeps its
+// blocks, its check and its place in the LRU order, its rows numbered
+// least recent first, and the old buckets are gone.
+func TestIndexFormat1Converts(t *testing.T) {
+	dir := t.TempDir()
+	clock := int64(1_000_000_000_000)
+	now := func() int64 { clock += 1e9; return clock }
+	s := openT(t, Config{Dir: dir}, hooks{now: now})
+	big := chunkedObj(t, s, "big")
+	var small []Key
+	for _, name := range []string{"c", "a", "b"} {
+		o := obj(name, 3*testBS)
+		require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+		small = append(small, o)
+	}
+	checked := small[1]
+	wf, ok := s.Whole(checked)
+	require.True(t, ok)
+	require.True(t, wf.Check())
+	wf.Release()
+	require.NoError(t, s.Close())
+	toIndexFormat1(t, dir)
+
+	s = openT(t, Config{Dir: dir}, hooks{now: now})
+	assert.EqualValues(t, 4, s.Stats().Entries)
+	// Least recent first: big, c and b as written, then a, checked last.
+	for i, o := range []Key{big, small[0], small[2], small[1]} {
+		require.NoError(t, s.Close())
+		assert.EqualValues(t, i+1, entryRow(t, dir, s.keyFor(o)), "%s", o.Name)
+		s = openT(t, Config{Dir: dir}, hooks{now: now})
+	}
+	for c := int64(0); c < 4; c++ {
+		assert.True(t, readOK(t, s, big, c*chunkBlocks), "chunk %d", c)
+	}
+	for _, o := range small {
+		for b := int64(0); b < 3; b++ {
+			assert.True(t, readOK(t, s, o, b), "%s block %d", o.Name, b)
+		}
+	}
+	wf, ok = s.Whole(checked)
+	require.True(t, ok)
+	assert.True(t, wf.Checked(), "the check is kept")
+	wf.Release()
+	assert.Zero(t, s.Stats().CorruptBlocks)
+	s.checkInvariants(t)
+	require.NoError(t, s.Close())
+	editIndex(t, dir, func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{v1Entries, v1Chunks, v1Atime, v1Checked} {
+			assert.Nil(t, tx.Bucket(b), "%s", b)
+		}
+		return nil
+	})
+}
+
+// A conversion cut short leaves the index as it was, and its file beside
+// it is replaced by the next Open's.
+func TestIndexConversionCutShort(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	o := obj("a", 3*testBS)
+	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+	require.NoError(t, s.Close())
+	toIndexFormat1(t, dir)
+	half := filepath.Join(dir, "v1", "index.db.convert")
+	require.NoError(t, os.WriteFile(half, []byte("a conversion that died"), 0o600))
+
+	s = openT(t, Config{Dir: dir}, hooks{})
+	for b := int64(0); b < 3; b++ {
+		assert.True(t, readOK(t, s, o, b))
+	}
+	assert.NoFileExists(t, half)
+	s.checkInvariants(t)
+}
