@@ -135,7 +135,7 @@ func writeConverted(db *bolt.DB, tmp string, rows []coldRow, fileBytes func(key 
 			nb := ntx.Bucket(rowsBucket)
 			return db.View(func(tx *bolt.Tx) error {
 				for _, r := range batch {
-					if r.bytes < 0 {
+					if r.bytes < 0 && fileBytes != nil {
 						r.bytes = fileBytes(r.key.String())
 					}
 					ok, err := convertEntry(tx, nb, r, next)

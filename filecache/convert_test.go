@@ -2,9 +2,12 @@ package filecache
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -134,4 +137,74 @@ func TestIndexConversionCutShort(t *testing.T) {
 	}
 	assert.NoFileExists(t, half)
 	s.checkInvariants(t)
+}
+
+// BenchmarkConvertIndex: Open of a cache whose index is of format 1,
+// largeIndexRows small entries (records, access times, checks), which
+// converts it; per entry. Run it with -benchtime 1x.
+func BenchmarkConvertIndex(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		s, err := open(testConfig(Config{Dir: dir}), hooks{})
+		require.NoError(b, err)
+		require.NoError(b, s.Close())
+		writeV1EntryRows(b, dir, largeIndexRows)
+		b.StartTimer()
+		s, err = open(testConfig(Config{Dir: dir, MaxSize: 1 << 40}), hooks{})
+		b.StopTimer()
+		require.NoError(b, err)
+		require.EqualValues(b, largeIndexRows, s.Stats().ColdEntries)
+		require.NoError(b, s.Close())
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*largeIndexRows), "ns/entry")
+}
+
+// writeV1EntryRows writes n one-block entries, checked, into the index in
+// dir in format 1, as an older ferry left a large cache of small files.
+func writeV1EntryRows(tb testing.TB, dir string, n int) {
+	db, err := bolt.Open(filepath.Join(dir, "v1", "index.db"), 0o600, nil)
+	require.NoError(tb, err)
+	defer db.Close()
+	present := newBitmap(1)
+	present.set(0)
+	keys := make([]string, n)
+	for i := range keys {
+		var seed [8]byte
+		binary.LittleEndian.PutUint64(seed[:], uint64(i))
+		keys[i] = coldKey(sha256.Sum256(seed[:])).String()
+	}
+	slices.Sort(keys) // bbolt appends in order cheaply
+	require.NoError(tb, db.Update(func(tx *bolt.Tx) error {
+		require.NoError(tb, tx.DeleteBucket(rowsBucket))
+		for _, name := range [][]byte{v1Entries, v1Atime, v1Checked, v1Chunks} {
+			_, err := tx.CreateBucket(name)
+			require.NoError(tb, err)
+		}
+		return nil
+	}))
+	for first := 0; first < n; first += 50_000 {
+		require.NoError(tb, db.Update(func(tx *bolt.Tx) error {
+			for i := first; i < min(n, first+50_000); i++ {
+				k := []byte(keys[i])
+				var av [16]byte
+				binary.LittleEndian.PutUint64(av[:], uint64(i))
+				binary.LittleEndian.PutUint64(av[8:], 4096)
+				rec := encodeHeader(&record{name: fmt.Sprintf("old%d", i), version: "1", size: testBS,
+					blockSize: testBS, present: present, crcs: []uint32{uint32(i)}})
+				for _, r := range []struct {
+					b, v []byte
+				}{
+					{v1Atime, av[:]},
+					{v1Checked, seal(k, encodeChecked("boot", fileStamp{dev: 1, ino: uint64(i), size: testBS}))},
+					{v1Entries, seal(k, rec)},
+				} {
+					if err := tx.Bucket(r.b).Put(k, r.v); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}))
+	}
 }

@@ -89,11 +89,13 @@ type coldRow struct {
 }
 
 // loadedIndex is what Open reads of the index: every entry's key, row,
-// size and access time (or rank); the keys of rows that are no entry's
-// (bad); and the next row number for a new entry.
+// size and access time (or rank); keys of no row's form (bad) and the
+// rows of no entry (badRows, with no good atime row); and the next row
+// number for a new entry.
 type loadedIndex struct {
 	rows         []coldRow
 	bad          [][]byte
+	badRows      []uint64
 	next         uint64
 	fromSnapshot bool // rows came from the snapshot (snapshot.go)
 	converted    int  // entries converted from format 1 (convert.go)
@@ -310,7 +312,7 @@ func readIndex(path string, bytes func(key string) int64) (db *bolt.DB, idx load
 	if err == nil && !idx.fromSnapshot {
 		prefetch(db)
 		err = db.View(func(tx *bolt.Tx) error {
-			idx.rows, idx.bad = scanRows(tx.Bucket(rowsBucket))
+			idx.rows, idx.bad, idx.badRows = scanRows(tx.Bucket(rowsBucket))
 			return nil
 		})
 	}
@@ -361,18 +363,15 @@ func prefetch(db *bolt.DB) {
 }
 
 // scanRows reads every entry's key, row, access time and size from their
-// atime rows, in row order. The keys of rows that are no entry's (an
-// entry's rows without a good atime row, keys of no row's form) are
-// returned in bad.
-func scanRows(b *bolt.Bucket) (rows []coldRow, bad [][]byte) {
-	var group [][]byte // the keys of the current row's entry
+// atime rows, in row order. The rows of entries without a good atime row
+// are returned in badRows, and keys of no row's form in bad.
+func scanRows(b *bolt.Bucket) (rows []coldRow, bad [][]byte, badRows []uint64) {
 	var cur uint64
-	found := false
+	started, found := false, false
 	end := func() {
-		if !found {
-			bad = append(bad, group...)
+		if started && !found {
+			badRows = append(badRows, cur)
 		}
-		group, found = group[:0], false
 	}
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -381,11 +380,10 @@ func scanRows(b *bolt.Bucket) (rows []coldRow, bad [][]byte) {
 			bad = append(bad, bytes.Clone(k))
 			continue
 		}
-		if row != cur || len(group) == 0 {
+		if !started || row != cur {
 			end()
-			cur = row
+			cur, started, found = row, true, false
 		}
-		group = append(group, bytes.Clone(k))
 		if tag != tagAtime || len(k) != rowPrefixLen+1 {
 			continue
 		}
@@ -394,7 +392,7 @@ func scanRows(b *bolt.Bucket) (rows []coldRow, bad [][]byte) {
 		}
 	}
 	end()
-	return rows, bad
+	return rows, bad, badRows
 }
 
 // entryRows is what readEntry read of an entry. lost counts the chunks
@@ -421,9 +419,11 @@ func (s *Store) readEntry(row uint64) (r entryRows, err error) {
 	r.bytes = -1
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
-			var checked []byte
+			var checkedK, checked []byte
 			var chunks [][2][]byte
-			prefix := rowPrefix(row)
+			var p [rowPrefixLen]byte // no allocation per warm
+			binary.BigEndian.PutUint64(p[:], row)
+			prefix := p[:]
 			c := tx.Bucket(rowsBucket).Cursor()
 			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 				switch _, tag, _ := rowOf(k); {
@@ -437,7 +437,7 @@ func (s *Store) readEntry(row uint64) (r entryRows, err error) {
 						r.atime, r.bytes = a.atime, a.bytes
 					}
 				case tag == tagChecked && len(k) == rowPrefixLen+1:
-					checked = v
+					checkedK, checked = k, v
 				case tag == tagChunk:
 					chunks = append(chunks, [2][]byte{k, v})
 				}
@@ -447,7 +447,7 @@ func (s *Store) readEntry(row uint64) (r entryRows, err error) {
 				return nil
 			}
 			if checked != nil {
-				r.checked = decodeChecked(rowKey(row, tagChecked), checked, s.bootID, rec.size)
+				r.checked = decodeChecked(checkedK, checked, s.bootID, rec.size)
 			}
 			n := numBlocks(rec.size, rec.blockSize)
 			if rec.format != recordV2 || numChunks(n) == 1 {

@@ -249,8 +249,8 @@ func (s *Store) fileBytes(key string) int64 {
 }
 
 // load queues the index's entries cold (cold.go), least recent first,
-// and counts what they use; rows that are no entry's (idx.bad), and an
-// entry's rows whose key another entry has, go. Nothing else is read
+// and counts what they use; rows that are no entry's (idx.bad and
+// idx.badRows), and those of an entry whose key a later one has, go. Nothing else is read
 // now: records are checked as they are warmed, and files that no entry
 // claims are removed after Open returns (tidy).
 func (s *Store) load(idx loadedIndex) error {
@@ -258,31 +258,30 @@ func (s *Store) load(idx loadedIndex) error {
 	if err != nil {
 		return fmt.Errorf("cache index: %w", err)
 	}
-	rows, bad := idx.rows, idx.bad
+	rows, bad, drop := idx.rows, idx.bad, idx.badRows
 	s.nextRow = max(idx.next, 1)
 	if emptied {
-		rows, bad, s.nextRow = nil, nil, 1
+		rows, bad, drop, s.nextRow = nil, nil, nil, 1
 	}
 	slices.SortStableFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
 	s.cold.slots = make([]coldSlot, 0, len(rows))
 	s.cold.pos = make(map[uint64]int32, len(rows))
-	var dups []uint64
 	for _, r := range rows {
 		if s.cold.has(r.key) {
 			// Only damage makes two entries of one key: keep the
 			// more recent.
 			sl, _ := s.cold.take(r.key)
 			s.used -= sl.bytes
-			dups = append(dups, sl.row)
+			drop = append(drop, sl.row)
 		}
 		s.cold.add(r.key, r.row, r.bytes)
 		s.used += r.bytes
 	}
-	if len(bad)+len(dups) == 0 {
+	if len(bad)+len(drop) == 0 {
 		return nil
 	}
-	s.log.Info("cache cleaned up", "stale_rows", len(bad), "duplicate_entries", len(dups))
-	if err := s.deleteRows(bad, dups); err != nil {
+	s.log.Info("cache cleaned up", "stale_rows", len(bad), "stale_entries", len(drop))
+	if err := s.deleteRows(bad, drop); err != nil {
 		return fmt.Errorf("clean cache index: %w", err)
 	}
 	return nil
