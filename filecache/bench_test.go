@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -169,4 +170,26 @@ func writeEntryRows(tb testing.TB, dir string, n int) {
 			return nil
 		}))
 	}
+}
+
+// BenchmarkOpenWithoutSnapshot: Open of a cache of largeIndexRows small
+// entries with no snapshot (as after a crash), which scans the index;
+// per entry. Run it with -benchtime 1x.
+func BenchmarkOpenWithoutSnapshot(b *testing.B) {
+	dir := b.TempDir()
+	s, err := open(testConfig(Config{Dir: dir}), hooks{})
+	require.NoError(b, err)
+	require.NoError(b, s.Close())
+	writeEntryRows(b, dir, largeIndexRows)
+	b.ResetTimer()
+	for range b.N {
+		s, err = open(testConfig(Config{Dir: dir, MaxSize: 1 << 40}), hooks{})
+		b.StopTimer()
+		require.NoError(b, err)
+		require.EqualValues(b, largeIndexRows, s.Stats().ColdEntries)
+		require.NoError(b, s.Close())
+		require.NoError(b, os.Remove(filepath.Join(dir, "v1", snapshotName)))
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*largeIndexRows), "ns/entry")
 }
