@@ -351,7 +351,7 @@ const releaseEvery = 32
 // (not live, not pinned) is for finishEvictions to unlink its file
 // outside the lock. LOCKS_REQUIRED(s.mu)
 func (s *Store) dropColdLocked(key string, row uint64, bytes int64) *entry {
-	s.deleted[key] = row
+	s.deleted[row] = key
 	s.deleting[key] = &deletion{}
 	s.used -= bytes
 	s.pendingFree += bytes

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,7 +30,10 @@ import (
 // under its new key. A damaged row is not carried over: a record's loses
 // the entry, a chunk's its blocks. The new index is written beside the
 // old one and renamed over it, so a conversion cut short leaves the old
-// index, converted again at the next Open.
+// index, converted again at the next Open (the start's marker, see
+// openIndex, is gone by then). A volume without room for the new file
+// drops the old index instead: the cache starts empty, and removing its
+// files as orphans makes the room.
 var (
 	v1Entries = []byte("entries")
 	v1Chunks  = []byte("chunks")
@@ -56,17 +62,22 @@ func convertIndex(db *bolt.DB, path string, fileBytes func(key string) int64) (*
 		rows = scanV1Atimes(tx.Bucket(v1Atime))
 		return nil
 	})
+	tmp := path + ".convert"
 	if err != nil || !old {
+		os.Remove(tmp)
 		return db, 0, err
 	}
+	prefetch(db)
 	// Least recent first: the order Open queues them in, and the order
 	// eviction deletes them in, from the tree's start.
 	slices.SortStableFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
-	tmp := path + ".convert"
 	os.Remove(tmp)
 	n, err := writeConverted(db, tmp, rows, fileBytes)
 	if err != nil {
 		os.Remove(tmp)
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			return dropUnconverted(db, path)
+		}
 		return db, 0, err
 	}
 	if err := db.Close(); err != nil {
@@ -79,6 +90,23 @@ func convertIndex(db *bolt.DB, path string, fileBytes func(key string) int64) (*
 	}
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
 	return db, n, err
+}
+
+// dropUnconverted replaces db, the index at path that could not be
+// converted for want of room, with an empty one, and returns it with -1
+// converted: the cache starts empty and its files are removed as orphans
+// (tidy.go), which makes room. Failing the Open instead would run ferry
+// without its disk cache at every start, the full volume never freed.
+func dropUnconverted(db *bolt.DB, path string) (*bolt.DB, int, error) {
+	if err := db.Close(); err != nil {
+		return nil, 0, err
+	}
+	os.Remove(filepath.Join(filepath.Dir(path), snapshotName))
+	if err := os.Remove(path); err != nil {
+		return nil, 0, err
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
+	return db, -1, err
 }
 
 // scanV1Atimes reads format 1's atime rows; bytes is -1 where a row

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -207,4 +209,70 @@ func writeV1EntryRows(tb testing.TB, dir string, n int) {
 			return nil
 		}))
 	}
+}
+
+// An old index that the volume has no room to convert is dropped: the
+// cache starts empty (its files go as orphans, which makes room) rather
+// than fail every start and leave ferry without its disk cache.
+func TestIndexConversionWithoutRoom(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+		t.Skipf("cannot mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	cache := filepath.Join(dir, "cache")
+	lie := func(string) (int64, int64, error) { return 1 << 40, 1 << 40, nil }
+	s := openT(t, Config{Dir: cache}, hooks{statfs: lie})
+	o := obj("a", 3*testBS)
+	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+	require.NoError(t, s.Close())
+	toIndexFormat1(t, cache)
+	// The rest of the volume taken, as by other files.
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	require.NoError(t, err)
+	for err == nil {
+		_, err = f.Write(make([]byte, 64<<10))
+	}
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.NoError(t, f.Close())
+
+	rec := &recorder{}
+	s = openT(t, Config{Dir: cache, Logger: slog.New(rec)}, hooks{statfs: lie})
+	assert.Zero(t, s.Stats().Entries)
+	assert.False(t, readOK(t, s, o, 0))
+	assert.Len(t, rec.errors(), 1, "logged")
+	<-s.tidied
+	assert.NoFileExists(t, s.pathFor(s.keyFor(o)), "the files go as orphans")
+	assert.NoFileExists(t, filepath.Join(cache, "v1", "index.db.convert"))
+}
+
+// The start's marker (openIndex) is gone while the index converts: a
+// start killed then converts again at the next, rather than take the
+// index for one that kills bbolt and move it aside.
+func TestIndexConversionNotMarked(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	o := obj("a", 3*testBS)
+	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+	require.NoError(t, s.Close())
+	toIndexFormat1(t, dir)
+	editIndex(t, dir, func(tx *bolt.Tx) error { // rows without sizes: the conversion asks for them
+		ab := tx.Bucket(v1Atime)
+		k, v := ab.Cursor().First()
+		return ab.Put(bytes.Clone(k), bytes.Clone(v[:8]))
+	})
+	path := filepath.Join(dir, "v1", "index.db")
+	asked := 0
+	db, idx, err := openIndex(path, func(string) int64 {
+		asked++
+		assert.NoFileExists(t, path+".opening")
+		return 4096
+	}, t.Logf)
+	require.NoError(t, err)
+	defer db.Close()
+	assert.Equal(t, 1, asked)
+	assert.Equal(t, 1, idx.converted)
 }

@@ -69,7 +69,7 @@ func (s *Store) evictLocked(e *entry) *entry {
 		delete(s.byObj, e.obj)
 	}
 	delete(s.dirty, e.key)
-	s.deleted[e.key] = e.row
+	s.deleted[e.row] = e.key
 	s.deleting[e.key] = &deletion{}
 	s.used -= e.bytes
 	s.pendingFree += e.bytes
@@ -96,6 +96,9 @@ func (s *Store) abandonLocked(e *entry) {
 	delete(s.entries, e.key)
 	delete(s.byObj, e.obj)
 	delete(s.dirty, e.key)
+	// A commit may have written its rows meanwhile: the key's next
+	// entry takes another row, so these go.
+	s.deleted[e.row] = e.key
 	e.live, e.elem = false, nil
 }
 

@@ -132,7 +132,7 @@ func (s *Store) takePending() pendingCommit {
 		dels: make([]deletedRows, 0, len(s.deleted)),
 		puts: make([]pendingPut, 0, len(s.dirty)),
 	}
-	for k, row := range s.deleted {
+	for row, k := range s.deleted {
 		c.dels = append(c.dels, deletedRows{key: k, row: row})
 	}
 	clear(s.deleted)
@@ -339,7 +339,7 @@ func (s *Store) putBack(c *pendingCommit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range c.dels {
-		s.deleted[d.key] = d.row
+		s.deleted[d.row] = d.key
 	}
 	for _, p := range c.puts {
 		if p.e.live {
@@ -376,7 +376,7 @@ func (s *Store) freshIndex(msg string, why error) (*bolt.DB, error) {
 	if err := moveAside(path, s.log.Error, msg, why); err != nil {
 		return nil, err
 	}
-	db, _, err := tryOpenIndex(path, nil) // empty: nothing to convert
+	db, _, err := tryOpenIndex(path, nil, nil) // empty: nothing to convert
 	if err != nil {
 		return nil, fmt.Errorf("open cache index %s: %w", path, err)
 	}

@@ -98,7 +98,7 @@ type loadedIndex struct {
 	badRows      []uint64
 	next         uint64
 	fromSnapshot bool // rows came from the snapshot (snapshot.go)
-	converted    int  // entries converted from format 1 (convert.go)
+	converted    int  // entries converted from format 1 (convert.go); -1: dropped, no room
 }
 
 // atimeLen is an atime row's length, without its seal: the access time
@@ -204,8 +204,12 @@ func openIndex(path string, bytes func(key string) int64, logf func(msg string, 
 	}
 	mf.Close()
 	defer os.Remove(marker)
+	// Once bbolt has opened and checked the index, the marker has done
+	// its work: a start killed while converting the index (convert.go),
+	// which can take seconds, must convert again, not lose the cache.
+	checked := func() { os.Remove(marker) }
 	for attempt := 0; attempt < 2; attempt++ {
-		db, idx, err = tryOpenIndex(path, bytes)
+		db, idx, err = tryOpenIndex(path, bytes, checked)
 		if err == nil {
 			return db, idx, nil
 		}
@@ -251,9 +255,9 @@ func openNoFollow(name string, flag int, perm os.FileMode) (*os.File, error) {
 // have left bbolt's writer lock held, and Close would wait for it
 // forever (see Store.rebuildIndex). Its flock goes with the file, which
 // the caller moves aside.
-func tryOpenIndex(path string, bytes func(key string) int64) (db *bolt.DB, idx loadedIndex, err error) {
+func tryOpenIndex(path string, bytes func(key string) int64, checked func()) (db *bolt.DB, idx loadedIndex, err error) {
 	err = guard(func() error {
-		db, idx, err = readIndex(path, bytes)
+		db, idx, err = readIndex(path, bytes, checked)
 		return err
 	})
 	if err != nil {
@@ -268,7 +272,8 @@ func tryOpenIndex(path string, bytes func(key string) int64) (db *bolt.DB, idx l
 // (convert.go), with bytes telling the allocated bytes of an entry's
 // file where its rows did not (-1 if it is gone). It closes the
 // database on the errors it returns (not on a panic: see tryOpenIndex).
-func readIndex(path string, bytes func(key string) int64) (db *bolt.DB, idx loadedIndex, err error) {
+// It calls checked, if not nil, once bbolt has opened and checked it.
+func readIndex(path string, bytes func(key string) int64, checked func()) (db *bolt.DB, idx loadedIndex, err error) {
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
 	if err != nil {
 		return nil, loadedIndex{}, err
@@ -288,6 +293,9 @@ func readIndex(path string, bytes func(key string) int64) (db *bolt.DB, idx load
 		}
 		return err
 	})
+	if err == nil && checked != nil {
+		checked()
+	}
 	if err == nil {
 		db, idx.converted, err = convertIndex(db, path, bytes)
 		if db == nil {

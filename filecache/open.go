@@ -163,7 +163,7 @@ func newStore(cfg Config, h hooks, root string) *Store {
 		open:        list.New(),
 		deleting:    map[string]*deletion{},
 		dirty:       map[string]*entry{},
-		deleted:     map[string]uint64{},
+		deleted:     map[uint64]string{},
 		loggedKinds: map[string]bool{},
 		splice:      cfg.Splice,
 		bootID:      h.bootID(),
@@ -214,9 +214,13 @@ func (s *Store) loadIndex() error {
 	if err != nil {
 		return err
 	}
-	if idx.converted > 0 {
+	switch {
+	case idx.converted > 0:
 		s.log.Info("cache index converted to the current format, once", "entries", idx.converted,
 			"seconds", time.Since(t0).Seconds())
+	case idx.converted < 0:
+		s.log.Error("cache index: no room on the volume to convert it to the current format; " +
+			"starting an empty cache, its files removed in the background")
 	}
 	s.db = db
 	s.fromSnapshot = idx.fromSnapshot

@@ -271,7 +271,7 @@ type Store struct {
 	cold        coldSet              // GUARDED_BY(mu); entries the index has and memory does not (cold.go)
 	deleting    map[string]*deletion // GUARDED_BY(mu); evicted, not yet unlinked and committed
 	dirty       map[string]*entry    // GUARDED_BY(mu); to write at the next commit
-	deleted     map[string]uint64    // GUARDED_BY(mu); to delete at the next commit: key -> row
+	deleted     map[uint64]string    // GUARDED_BY(mu); rows to delete at the next commit, and their keys
 	nextRow     uint64               // GUARDED_BY(mu); the row of the next new entry
 	dirtyBlocks int                  // GUARDED_BY(mu)
 	used        int64                // GUARDED_BY(mu)

@@ -14,8 +14,8 @@ import (
 // walking a million cache files delayed the mount by tens of seconds;
 // reads do not need it. It stops early at Close. (Rows of the index that
 // are no entry's are found by the scan of an Open without a snapshot:
-// an entry's rows are written and deleted together, so only damage
-// leaves any.)
+// an entry's rows are written and deleted together, so only damage, or
+// an eviction after Close's last commit, leaves any.)
 func (s *Store) tidy(since time.Time) {
 	defer close(s.tidied)
 	t0 := time.Now()
