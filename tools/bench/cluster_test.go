@@ -106,6 +106,9 @@ func TestTracedLink(t *testing.T) {
 	assert.Equal(t, body[50:150], get("bytes=50-149"))
 	assert.Len(t, get(""), 1000)
 
+	// A request is logged when its handler returns, which may be after
+	// the client has read the whole body.
+	require.Eventually(t, func() bool { return len(l.since(m)) == 3 }, 5*time.Second, time.Millisecond)
 	log := l.since(m)
 	require.Len(t, log, 3)
 	assert.Equal(t, "/b/obj", log[0].Object)
