@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -88,7 +87,7 @@ func convertIndex(db *bolt.DB, path string, fileBytes func(key string) int64) (*
 		os.Remove(tmp)
 		return nil, 0, err
 	}
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
+	db, err = openBolt(path, false)
 	return db, n, err
 }
 
@@ -105,7 +104,7 @@ func dropUnconverted(db *bolt.DB, path string) (*bolt.DB, int, error) {
 	if err := os.Remove(path); err != nil {
 		return nil, 0, err
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
+	db, err := openBolt(path, false)
 	return db, -1, err
 }
 
@@ -135,7 +134,7 @@ func scanV1Atimes(ab *bolt.Bucket) (rows []coldRow) {
 // index at tmp, numbered in order from 1, and returns how many it wrote.
 func writeConverted(db *bolt.DB, tmp string, rows []coldRow, fileBytes func(key string) int64) (int, error) {
 	// Synced once at the end: a conversion cut short is started again.
-	ndb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow, NoSync: true})
+	ndb, err := openBolt(tmp, true)
 	if err != nil {
 		return 0, err
 	}

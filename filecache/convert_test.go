@@ -67,6 +67,18 @@ func toIndexFormat1(t *testing.T, dir string) {
 	require.NoError(t, os.Remove(filepath.Join(dir, "v1", snapshotName)))
 }
 
+// format1Cache returns a closed cache of one object of 3 blocks, cached
+// whole, whose index is of format 1, and the object.
+func format1Cache(t *testing.T) (string, Key) {
+	dir := t.TempDir()
+	s := openT(t, Config{Dir: dir}, hooks{})
+	o := obj("a", 3*testBS)
+	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
+	require.NoError(t, s.Close())
+	toIndexFormat1(t, dir)
+	return dir, o
+}
+
 // An index of format 1 is converted at Open: every entry keeps its
 // blocks, its check and its place in the LRU order, its rows numbered
 // least recent first, and the old buckets are gone.
@@ -124,16 +136,11 @@ func TestIndexFormat1Converts(t *testing.T) {
 // A conversion cut short leaves the index as it was, and its file beside
 // it is replaced by the next Open's.
 func TestIndexConversionCutShort(t *testing.T) {
-	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir}, hooks{})
-	o := obj("a", 3*testBS)
-	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
-	require.NoError(t, s.Close())
-	toIndexFormat1(t, dir)
+	dir, o := format1Cache(t)
 	half := filepath.Join(dir, "v1", "index.db.convert")
 	require.NoError(t, os.WriteFile(half, []byte("a conversion that died"), 0o600))
 
-	s = openT(t, Config{Dir: dir}, hooks{})
+	s := openT(t, Config{Dir: dir}, hooks{})
 	for b := int64(0); b < 3; b++ {
 		assert.True(t, readOK(t, s, o, b))
 	}
@@ -253,12 +260,7 @@ func TestIndexConversionWithoutRoom(t *testing.T) {
 // start killed then converts again at the next, rather than take the
 // index for one that kills bbolt and move it aside.
 func TestIndexConversionNotMarked(t *testing.T) {
-	dir := t.TempDir()
-	s := openT(t, Config{Dir: dir}, hooks{})
-	o := obj("a", 3*testBS)
-	require.Equal(t, 3, s.WriteBlocks(o, 0, blocksData(o, 0, 3, testBS)))
-	require.NoError(t, s.Close())
-	toIndexFormat1(t, dir)
+	dir, _ := format1Cache(t)
 	editIndex(t, dir, func(tx *bolt.Tx) error { // rows without sizes: the conversion asks for them
 		ab := tx.Bucket(v1Atime)
 		k, v := ab.Cursor().First()

@@ -288,15 +288,15 @@ func putOne(b *bolt.Bucket, p *pendingPut, put func(k, v []byte) error) error {
 			return err
 		}
 	}
-	if p.writeChecked {
-		k := rowKey(p.row, tagChecked)
-		var err error
-		if p.checked == nil {
-			err = b.Delete(k)
-		} else {
-			err = put(k, p.checked)
+	// A nil value deletes its row: a check forgotten, a chunk emptied.
+	putOrDelete := func(k, v []byte) error {
+		if v == nil {
+			return b.Delete(k)
 		}
-		if err != nil {
+		return put(k, v)
+	}
+	if p.writeChecked {
+		if err := putOrDelete(rowKey(p.row, tagChecked), p.checked); err != nil {
 			return err
 		}
 	}
@@ -306,14 +306,7 @@ func putOne(b *bolt.Bucket, p *pendingPut, put func(k, v []byte) error) error {
 		}
 	}
 	for _, ch := range p.chunks {
-		k := chunkKey(p.row, ch.idx)
-		var err error
-		if ch.val == nil {
-			err = b.Delete(k)
-		} else {
-			err = put(k, ch.val)
-		}
-		if err != nil {
+		if err := putOrDelete(chunkKey(p.row, ch.idx), ch.val); err != nil {
 			return err
 		}
 	}

@@ -243,6 +243,13 @@ func moveAside(path string, logf func(msg string, args ...any), msg string, why 
 	return nil
 }
 
+// openBolt opens the bbolt index at path, never through a symbolic link,
+// waiting a second at most for another process's lock; noSync leaves
+// commits unsynced (the caller syncs once at the end).
+func openBolt(path string, noSync bool) (*bolt.DB, error) {
+	return bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow, NoSync: noSync})
+}
+
 // openNoFollow opens the index file itself, never a symbolic link put in
 // its place (a root ferry would otherwise write wherever it points).
 func openNoFollow(name string, flag int, perm os.FileMode) (*os.File, error) {
@@ -274,7 +281,7 @@ func tryOpenIndex(path string, bytes func(key string) int64, checked func()) (db
 // database on the errors it returns (not on a panic: see tryOpenIndex).
 // It calls checked, if not nil, once bbolt has opened and checked it.
 func readIndex(path string, bytes func(key string) int64, checked func()) (db *bolt.DB, idx loadedIndex, err error) {
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, OpenFile: openNoFollow})
+	db, err = openBolt(path, false)
 	if err != nil {
 		return nil, loadedIndex{}, err
 	}
