@@ -13,8 +13,9 @@ import (
 // 700 bytes with its maps) only while it is in use: from its first use
 // in this process until it has been idle long enough to be put back
 // (cooled). Every other entry the index holds is cold: its key, row and
-// size, 48 bytes in a queue and about 24 in a map, so that a cache of
-// 1.28M objects costs about 92 MB here rather than 900, and Open reads
+// size, 48 bytes in a queue (up to a third more with the slots of
+// entries gone from it) and about 24 in a map, so that a cache of 1.28M
+// objects costs about 92-112 MB here rather than 900, and Open reads
 // only the entries' snapshot a clean Close left (snapshot.go) or the
 // index's atime rows, not every record. A cold
 // entry is read from the index when it is next looked up (warmed), and
@@ -66,11 +67,29 @@ type coldSlot struct {
 // has (for 1.28M keys, a chance of about one in 20 million that any
 // two share them) goes in a map of its own. It is not safe for
 // concurrent use: Store.mu guards it.
+//
+// The slots are allocated a chunk at a time and never copied to a larger
+// array: a queue of 1.28M slots (61 MB) that grew by append had a second
+// copy of itself in the heap at each growth and at each compaction, 140
+// MB of slots at the remount read's peak. A full queue whose gone slots
+// are a quarter of it or more is compacted in place instead of growing,
+// so that while entries leave and come back (an epoch's warms and
+// cools) the slots take at most a third more than the entries queued;
+// a queue mostly emptied (evictions, warms not cooled) gives its empty
+// chunks back.
 type coldSet struct {
-	slots []coldSlot        // head first: least recent first
-	head  int               // slots before head are gone
-	pos   map[uint64]int32  // key's first 8 bytes -> index in slots
-	more  map[coldKey]int32 // keys whose first 8 bytes another has in pos
+	chunks [][]coldSlot      // slot i is chunks[i/coldChunk][i%coldChunk]
+	end    int               // slots in use: the queue's tail
+	head   int               // slots before head are gone
+	pos    map[uint64]int32  // key's first 8 bytes -> slot
+	more   map[coldKey]int32 // keys whose first 8 bytes another has in pos
+}
+
+// coldChunk is the slots the queue allocates at a time (192 KiB).
+const coldChunk = 1 << 12
+
+func (c *coldSet) slot(i int32) *coldSlot {
+	return &c.chunks[uint32(i)/coldChunk][uint32(i)%coldChunk]
 }
 
 // short is the index's key for k.
@@ -80,7 +99,7 @@ func (c *coldSet) len() int { return len(c.pos) + len(c.more) }
 
 // find returns k's index in slots.
 func (c *coldSet) find(k coldKey) (int32, bool) {
-	if i, ok := c.pos[k.short()]; ok && c.slots[i].key == k {
+	if i, ok := c.pos[k.short()]; ok && c.slot(i).key == k {
 		return i, true
 	}
 	i, ok := c.more[k]
@@ -98,8 +117,17 @@ func (c *coldSet) add(k coldKey, row uint64, bytes int64) {
 	if c.pos == nil {
 		c.pos = map[uint64]int32{}
 	}
-	c.setPos(k, int32(len(c.slots)))
-	c.slots = append(c.slots, coldSlot{key: k, row: row, bytes: bytes})
+	if c.end == len(c.chunks)*coldChunk {
+		if gone := c.end - c.len(); gone >= coldChunk && gone >= c.end/4 {
+			c.compact(false)
+		} else {
+			c.chunks = append(c.chunks, make([]coldSlot, coldChunk))
+		}
+	}
+	i := int32(c.end)
+	c.setPos(k, i)
+	*c.slot(i) = coldSlot{key: k, row: row, bytes: bytes}
+	c.end++
 }
 
 // rowOf returns the row of the cold entry k, if k is queued.
@@ -108,14 +136,14 @@ func (c *coldSet) rowOf(k coldKey) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return c.slots[i].row, true
+	return c.slot(i).row, true
 }
 
 // setPos records that k is at index i of slots: in pos unless another
 // key holds its short key there.
 func (c *coldSet) setPos(k coldKey, i int32) {
 	sk := k.short()
-	if j, ok := c.pos[sk]; ok && c.slots[j].key != k {
+	if j, ok := c.pos[sk]; ok && c.slot(j).key != k {
 		if c.more == nil {
 			c.more = map[coldKey]int32{}
 		}
@@ -145,48 +173,60 @@ func (c *coldSet) take(k coldKey) (coldSlot, bool) {
 			}
 		}
 	}
-	sl := c.slots[i]
-	c.slots[i].bytes = -1
-	c.compact()
+	p := c.slot(i)
+	sl := *p
+	p.bytes = -1
+	if gone := c.end - c.len(); gone >= coldChunk && gone >= 3*c.len() {
+		// Mostly gone (evicted, or warmed and not cooled): give the
+		// memory back.
+		c.compact(true)
+	}
 	return sl, true
 }
 
 // oldest returns the least recent cold entry's key, if any.
 func (c *coldSet) oldest() (coldKey, bool) {
-	for c.head < len(c.slots) && c.slots[c.head].bytes < 0 {
+	for c.head < c.end && c.slot(int32(c.head)).bytes < 0 {
 		c.head++
 	}
-	if c.head == len(c.slots) {
+	if c.head == c.end {
 		return coldKey{}, false
 	}
-	return c.slots[c.head].key, true
+	return c.slot(int32(c.head)).key, true
 }
 
-// compact drops the gone slots once they are more than half the queue
-// (and enough to be worth a copy), so that the queue's memory follows the
-// entries in it.
-func (c *coldSet) compact() {
-	n := c.len()
-	if gone := len(c.slots) - n; gone < 1024 || gone < n {
-		return
-	}
-	live := make([]coldSlot, 0, n)
-	c.each(func(sl coldSlot) {
-		if _, inMore := c.more[sl.key]; inMore {
-			c.more[sl.key] = int32(len(live))
-		} else {
-			c.pos[sl.key.short()] = int32(len(live))
+// compact moves the queued slots down over the gone ones, in order; with
+// free, it also lets go of the chunks left empty.
+func (c *coldSet) compact(free bool) {
+	j := int32(0)
+	for i := int32(c.head); i < int32(c.end); i++ {
+		sl := *c.slot(i)
+		if sl.bytes < 0 {
+			continue
 		}
-		live = append(live, sl)
-	})
-	c.slots, c.head = live, 0
+		if i != j {
+			*c.slot(j) = sl
+			if _, inMore := c.more[sl.key]; inMore {
+				c.more[sl.key] = j
+			} else {
+				c.pos[sl.key.short()] = j
+			}
+		}
+		j++
+	}
+	c.head, c.end = 0, int(j)
+	if free {
+		keep := (c.end + coldChunk - 1) / coldChunk
+		clear(c.chunks[keep:])
+		c.chunks = c.chunks[:keep]
+	}
 }
 
 // each calls fn for every cold entry, least recent first.
 func (c *coldSet) each(fn func(sl coldSlot)) {
-	for _, sl := range c.slots[c.head:] {
-		if sl.bytes >= 0 {
-			fn(sl)
+	for i := int32(c.head); i < int32(c.end); i++ {
+		if sl := c.slot(i); sl.bytes >= 0 {
+			fn(*sl)
 		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -181,6 +183,51 @@ func TestColdEntryMemory(t *testing.T) {
 	assert.Less(t, perEntry, 80.0, "bytes of heap per cold entry")
 }
 
+// TestColdSetCompactsInPlace: a queue whose entries leave and come back
+// (warmed, then cooled: an epoch over a cache of cold entries) stays
+// within a third over its entries, in chunks it reuses, and keeps its
+// order.
+func TestColdSetCompactsInPlace(t *testing.T) {
+	key := func(i int) coldKey {
+		var k coldKey
+		binary.LittleEndian.PutUint64(k[:], uint64(i)*0x9e3779b97f4a7c15)
+		binary.LittleEndian.PutUint64(k[8:], uint64(i))
+		return k
+	}
+	var c coldSet
+	const live = 5 * coldChunk / 2
+	var order []int // the queue's order, least recent first
+	for i := range live {
+		c.add(key(i), uint64(i+1), 1)
+		order = append(order, i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	most := 0
+	for range 20 * live {
+		j := rng.IntN(len(order))
+		i := order[j]
+		_, ok := c.take(key(i))
+		require.True(t, ok)
+		c.add(key(i), uint64(i+1), 1)
+		order = append(slices.Delete(order, j, j+1), i)
+		most = max(most, len(c.chunks))
+	}
+	require.Equal(t, live, c.len())
+	assert.LessOrEqual(t, most*coldChunk, live*4/3+coldChunk, "slots allocated at most")
+	var got []int
+	c.each(func(sl coldSlot) {
+		i := int(sl.row - 1)
+		assert.Equal(t, key(i), sl.key)
+		got = append(got, i)
+	})
+	assert.Equal(t, order, got)
+	for _, i := range order {
+		row, ok := c.rowOf(key(i))
+		require.True(t, ok)
+		assert.EqualValues(t, i+1, row)
+	}
+}
+
 // TestColdSetSharedShortKeys: keys that share their first 8 bytes (the
 // queue's index is by them) are each found, taken and compacted right.
 func TestColdSetSharedShortKeys(t *testing.T) {
@@ -217,7 +264,7 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 
 	// Enough gone slots to compact: every key left is still found, in
 	// the queue's order.
-	for i := range 3000 {
+	for i := range 3 * coldChunk {
 		k := key(3, byte(i))
 		k[30] = byte(i >> 8)
 		c.add(k, 1, 1)
@@ -227,11 +274,12 @@ func TestColdSetSharedShortKeys(t *testing.T) {
 	var order []coldKey
 	c.each(func(sl coldSlot) { order = append(order, sl.key) })
 	assert.Equal(t, []coldKey{b, other, d}, order)
-	assert.Less(t, len(c.slots), 3000, "compacted")
+	assert.Less(t, c.end, coldChunk, "compacted")
+	assert.Len(t, c.chunks, 1, "the empty chunks let go")
 	for _, k := range order {
 		i, ok := c.find(k)
 		require.True(t, ok)
-		assert.Equal(t, k, c.slots[i].key)
+		assert.Equal(t, k, c.slot(i).key)
 	}
 	oldest, _ := c.oldest()
 	assert.Equal(t, b, oldest)

@@ -269,13 +269,13 @@ func (s *Store) checkColdLocked(t *testing.T) (sum int64) {
 	t.Helper()
 	n := 0
 	for sk, i := range s.cold.pos {
-		sl := s.cold.slots[i]
+		sl := *s.cold.slot(i)
 		assert.Equal(t, sk, sl.key.short(), "cold index")
 		n++
 		sum += s.checkColdSlotLocked(t, sl.key, i)
 	}
 	for k, i := range s.cold.more {
-		assert.Equal(t, k, s.cold.slots[i].key, "cold index of keys sharing a short key")
+		assert.Equal(t, k, s.cold.slot(i).key, "cold index of keys sharing a short key")
 		assert.Contains(t, s.cold.pos, k.short(), "a key in more only while another holds its short key")
 		n++
 		sum += s.checkColdSlotLocked(t, k, i)
@@ -301,7 +301,7 @@ func (s *Store) checkColdLocked(t *testing.T) (sum int64) {
 // bytes. LOCKS_REQUIRED(s.mu)
 func (s *Store) checkColdSlotLocked(t *testing.T, k coldKey, i int32) int64 {
 	t.Helper()
-	sl := s.cold.slots[i]
+	sl := *s.cold.slot(i)
 	assert.GreaterOrEqual(t, sl.bytes, int64(0), "cold slot of a key gone")
 	assert.GreaterOrEqual(t, int(i), s.cold.head)
 	assert.NotContains(t, s.entries, k.String(), "warm and cold")

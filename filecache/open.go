@@ -268,7 +268,6 @@ func (s *Store) load(idx loadedIndex) error {
 		rows, bad, drop, s.nextRow = nil, nil, nil, 1
 	}
 	slices.SortStableFunc(rows, func(a, b coldRow) int { return cmp.Compare(a.atime, b.atime) })
-	s.cold.slots = make([]coldSlot, 0, len(rows))
 	s.cold.pos = make(map[uint64]int32, len(rows))
 	for _, r := range rows {
 		if s.cold.has(r.key) {
