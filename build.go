@@ -208,6 +208,9 @@ func openCacheDir(cfg *flags.Config, log *slog.Logger, reg prometheus.Registerer
 		// file (filecache/splice.go), under the same trust as
 		// passthrough.
 		Splice: cfg.CachePassthrough,
+		// Passthrough's first open of a small file trusts the check
+		// its write made.
+		CheckWrites: cfg.CachePassthrough,
 	})
 }
 

@@ -332,6 +332,36 @@ func TestPassthroughWarmReads(t *testing.T) {
 	assert.Positive(t, m3.metric(t, "ferry_cache_hits_bytes_total", nil))
 }
 
+// TestPassthroughSmallFilesCheckedAsWritten: files under 4 KiB, written
+// to the cache through the page cache, are read back and checked as
+// their fetch writes them, so the second epoch is passthrough from the
+// first open: no read through ferry, no check by reads, nothing from the
+// store.
+func TestPassthroughSmallFilesCheckedAsWritten(t *testing.T) {
+	s := newStore(t, "gcs")
+	objs := dataset(t, s, "d", 12, 3000)
+	m := mount(t, s, "--cache-dir", t.TempDir(), "--metadata-ttl", "-1", "--metrics-addr", freeAddr(t))
+	readAll(t, m, objs)
+	// The cache writes what a fetch got after handing it to the reader.
+	assert.Eventually(t, func() bool {
+		return m.metric(t, "ferry_cache_whole_checks_total", nil) == float64(len(objs))
+	}, 10*time.Second, 20*time.Millisecond, "each checked as written")
+	dropCaches(t)
+	reads := storeReads(t, m)
+	hits := m.metric(t, "ferry_cache_hits_bytes_total", nil)
+	readAll(t, m, objs)
+	if m.metric(t, "ferry_fs_passthrough_opens_total", nil) == 0 {
+		expected, why := ferryfs.PassthroughExpected()
+		require.False(t, expected, "no passthrough open (%s); log in %s", why, m.log)
+		t.Skip("the kernel offers no FUSE passthrough: " + why)
+	}
+	assert.EqualValues(t, len(objs), m.metric(t, "ferry_fs_passthrough_opens_total", nil), "epoch 2 is passthrough")
+	assert.Zero(t, m.metric(t, "ferry_cache_read_checks_total", nil))
+	assert.EqualValues(t, len(objs), m.metric(t, "ferry_cache_whole_checks_total", nil))
+	assert.Equal(t, hits, m.metric(t, "ferry_cache_hits_bytes_total", nil), "no read through ferry")
+	assert.Equal(t, reads, storeReads(t, m))
+}
+
 // TestPassthroughLargeFileAfterReadCheck: a file too large to check at an
 // open (over 1 GiB) is read through ferry, whose reads check it as they
 // go; what the reader skipped (its first MiB here) ferry reads when the

@@ -161,29 +161,29 @@ const directAlign = 4096
 // already, and a copy in the page cache would cost a second copy, the
 // kernel's writeback and memory the training job wants (the bytes are in
 // the FUSE page cache too). The unaligned tail (an object's short last
-// block) and volumes that refuse O_DIRECT use the page cache.
-func (s *Store) writeData(e *entry, f *os.File, p []byte, off int64) (int, error) {
-	n := 0
+// block) and volumes that refuse O_DIRECT use the page cache. It returns
+// the bytes written, and how many of them with O_DIRECT.
+func (s *Store) writeData(e *entry, f *os.File, p []byte, off int64) (n, direct int, err error) {
 	m := len(p) &^ (directAlign - 1)
 	if m > 0 && off%directAlign == 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))%directAlign == 0 {
 		if d := s.directFor(e, f); d != nil {
 			w, err := s.hooks.writeAt(d, p[:m], off)
 			switch {
 			case err == nil:
-				n = w
+				n, direct = w, w
 			case w == 0 && errors.Is(err, syscall.EINVAL):
 				// Direct I/O refused after all: the page cache from now on.
 				s.noDirect.Store(true)
 			default:
-				return w, err
+				return w, w, err
 			}
 		}
 	}
 	if n == len(p) {
-		return n, nil
+		return n, direct, nil
 	}
 	w, err := s.hooks.writeAt(f, p[n:], off+int64(n))
-	return n + w, err
+	return n + w, direct, err
 }
 
 // directFor returns e's O_DIRECT descriptor for writing, opening it from

@@ -166,6 +166,7 @@ func newStore(cfg Config, h hooks, root string) *Store {
 		deleted:     map[uint64]string{},
 		loggedKinds: map[string]bool{},
 		splice:      cfg.Splice,
+		checkWrites: cfg.CheckWrites,
 		bootID:      h.bootID(),
 	}
 }

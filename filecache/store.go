@@ -78,6 +78,12 @@ type Config struct {
 	// their CRC check since the store opened (splice.go). It costs an
 	// fstat per read, and per write to a file with checked blocks.
 	Splice bool
+	// CheckWrites has the write that makes an object of at most
+	// writeCheckMax bytes whole read its file back and check it, as
+	// WholeFile.Check would (write.go): for passthrough, whose first
+	// open of the file then needs no reads through the store to check
+	// it.
+	CheckWrites bool
 }
 
 // Stats are the store's counters since Open, and its current size.
@@ -89,7 +95,7 @@ type Stats struct {
 	EvictedUnreadBytes      int64 // their bytes, of entries evicted with no read since their last write
 	CorruptBlocks           int64 // blocks dropped on a CRC mismatch or short read
 	WriteErrors             int64 // failed data writes (ENOSPC, EROFS, ...)
-	WholeChecks             int64 // files WholeFile.Check read and checked whole
+	WholeChecks             int64 // files WholeFile.Check, or their write (CheckWrites), read and checked whole
 	WholeCheckedBytes       int64 // their bytes
 	ReadChecks              int64 // files found whole and good by reads through the store (CheckAsRead)
 	SplicedBlocks           int64 // blocks Spliceable handed out (of HitBlocks)
@@ -301,7 +307,8 @@ type Store struct {
 	splicedBlocks, splicedBytes                atomic.Int64
 	warmed, cooled                             atomic.Int64
 
-	splice bool // Config.Splice
+	splice      bool // Config.Splice
+	checkWrites bool // Config.CheckWrites
 	// bootID is the machine's boot ID, read at Open; "" if unknown, and
 	// then no check is kept across processes (checked.go).
 	bootID string

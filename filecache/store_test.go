@@ -406,7 +406,7 @@ ferry_cache_misses_bytes_total 4096
 # HELP ferry_cache_limit_bytes Cache size limit.
 # TYPE ferry_cache_limit_bytes gauge
 ferry_cache_limit_bytes 32768
-# HELP ferry_cache_whole_checks_total Cached files read whole and checked against their CRC32Cs before the kernel reads them directly (passthrough): once per file per mount, and again after the file changed.
+# HELP ferry_cache_whole_checks_total Cached files read whole and checked against their CRC32Cs before the kernel reads them directly (passthrough): once per file per mount, and again after the file changed; with passthrough, files a fetch wrote whole through the page cache (under 4 KiB, or up to 1 MiB on a volume without O_DIRECT) as soon as it has.
 # TYPE ferry_cache_whole_checks_total counter
 ferry_cache_whole_checks_total 1
 # HELP ferry_cache_whole_checked_bytes_total Bytes of those checks.

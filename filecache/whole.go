@@ -110,18 +110,25 @@ func (w *WholeFile) Check() bool {
 	if before == verified {
 		return true
 	}
+	return s.checkFile(e, w.f, w.obj, before)
+}
+
+// checkFile reads e's data file f (e pinned; f showed the stamp before)
+// whole and checks every block, and records the file as checked at
+// before if all of it is good and it did not change meanwhile.
+func (s *Store) checkFile(e *entry, f *os.File, obj Key, before fileStamp) bool {
 	// A file cut short is checked too, so that its lost blocks are
 	// dropped now; a longer one (appended to behind our back) may hold
 	// good blocks, but the kernel would read past the object's end.
-	if !s.checkWhole(e, w.f, w.obj) || before.size != int64(w.obj.Size) {
+	if !s.checkWhole(e, f, obj) || before.size != int64(obj.Size) {
 		return false
 	}
-	after, err := stampOf(w.f)
+	after, err := stampOf(f)
 	if err != nil || after != before { // written while we read it
 		return false
 	}
 	s.wholeChecks.Add(1)
-	s.wholeCheckedBytes.Add(int64(w.obj.Size))
+	s.wholeCheckedBytes.Add(int64(obj.Size))
 	s.mu.Lock()
 	s.verifiedLocked(e, before)
 	// A read check asked for is done too: its reads would count a file

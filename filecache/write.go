@@ -45,7 +45,11 @@ func (s *Store) WriteBlocksCRC(obj Key, first int64, p []byte, crcs []uint32) in
 	if err != nil {
 		s.writeFailed(err)
 	}
-	s.settleWrite(e, &w, err == nil && w.stored == len(w.lens))
+	ok := err == nil && w.stored == len(w.lens)
+	s.settleWrite(e, &w, ok)
+	if ok && s.checkWrites && first == 0 && !w.direct && obj.Size <= writeCheckMax {
+		s.checkWritten(e, obj, int64(len(w.lens)))
+	}
 	s.writeBlocks.Add(int64(w.stored))
 	for _, bl := range w.lens[:w.stored] {
 		s.writeBytes.Add(bl)
@@ -76,6 +80,7 @@ type blockWrite struct {
 	alloc         int64
 	before, after fileStamp
 	stamped       bool
+	direct        bool // some bytes bypassed the page cache (O_DIRECT)
 }
 
 // freeSpace is the volume's free space as a write counts it.
@@ -209,7 +214,8 @@ func (s *Store) writeFile(e *entry, p []byte, w *blockWrite) error {
 	for _, bl := range w.lens {
 		total += bl
 	}
-	n, err := s.writeData(e, f, p[:total], w.first*s.blockSize)
+	n, direct, err := s.writeData(e, f, p[:total], w.first*s.blockSize)
+	w.direct = direct > 0
 	// Blocks wholly written before a failure are good.
 	for off := int64(0); w.stored < len(w.lens) && off+w.lens[w.stored] <= int64(n); w.stored++ {
 		off += w.lens[w.stored]
@@ -302,6 +308,43 @@ func (s *Store) storedLocked(e *entry, w *blockWrite) (excess []*entry) {
 		s.dirtyBlocks += w.stored
 	}
 	return excess
+}
+
+// writeCheckMax is the largest object whose write checks it
+// (Config.CheckWrites). A check as written reads the file back: only a
+// file written whole through the page cache by one write, so that it
+// costs a copy from memory and a CRC pass, small beside the fetch, and
+// not a disk read. Files written with O_DIRECT (those of 4 KiB or more,
+// where the volume allows it) are checked by the reads that serve them
+// instead, each byte read from the disk once.
+const writeCheckMax = 1 << 20
+
+// checkWritten reads back e's data file, whose blocks (all n of them,
+// through the page cache) the write of obj that just ended wrote, and
+// records the check as WholeFile.Check does: the file's first
+// passthrough open trusts it, and the next commit writes its checked
+// row beside the entry's new rows instead of at a random place in a
+// later epoch. Nothing if e is no longer live, has blocks this write did
+// not write, is being written or already counts as checked.
+func (s *Store) checkWritten(e *entry, obj Key, n int64) {
+	s.mu.Lock()
+	if s.closed || !e.live || e.writing != 0 || e.nblocks != n || e.present.count() != n || e.verified != (fileStamp{}) {
+		s.mu.Unlock()
+		return
+	}
+	e.pins++
+	s.mu.Unlock()
+	if f, err := s.fileFor(e, false); err == nil {
+		if before, err := stampOf(f); err == nil {
+			s.checkFile(e, f, obj, before)
+		}
+	}
+	s.mu.Lock()
+	finish := s.unpinLocked(e)
+	s.mu.Unlock()
+	if finish {
+		s.finishEvictions([]*entry{e})
+	}
 }
 
 // writeFailed counts a failed data write and logs the first of each kind.

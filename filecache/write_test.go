@@ -36,6 +36,79 @@ func TestWriteBlocksCRC(t *testing.T) {
 	s.checkInvariants(t)
 }
 
+// With CheckWrites, a write of a whole small object through the page
+// cache reads it back and checks it: passthrough's first open trusts the
+// check without a read, across a restart in the same boot too (its row
+// is committed), and a block whose bytes are not those of its CRC is
+// found now, not by a later read. An object written in parts, with
+// O_DIRECT or larger than writeCheckMax, and stores without CheckWrites,
+// are checked as before, when asked.
+func TestWriteChecksSmallObjects(t *testing.T) {
+	dir := t.TempDir()
+	direct := 0
+	write := func(f *os.File, p []byte, off int64) (int, error) {
+		if isDirect(f) {
+			direct++
+		}
+		return f.WriteAt(p, off)
+	}
+	s := openT(t, Config{Dir: dir, CheckWrites: true}, hooks{writeAt: write})
+	checked := func(o Key) bool {
+		w, ok := s.Whole(o)
+		if !ok {
+			return false
+		}
+		defer w.Release()
+		return w.Checked()
+	}
+
+	o := obj("small", 3*testBS+100)
+	require.Equal(t, 4, s.WriteBlocks(o, 0, unaligned(blocksData(o, 0, 4, testBS))))
+	assert.EqualValues(t, 1, s.Stats().WholeChecks, "the write checked it")
+	assert.EqualValues(t, o.Size, s.Stats().WholeCheckedBytes)
+	assert.True(t, checked(o), "trusted without a read")
+	assert.True(t, wholeOK(t, s, o))
+	assert.EqualValues(t, 1, s.Stats().WholeChecks, "not read again")
+
+	parts := obj("parts", 2*testBS)
+	require.Equal(t, 1, s.WriteBlocks(parts, 0, unaligned(blocksData(parts, 0, 1, testBS))))
+	require.Equal(t, 1, s.WriteBlocks(parts, 1, unaligned(blocksData(parts, 1, 1, testBS))))
+	big := obj("big", writeCheckMax+1)
+	n := numBlocks(big.Size, testBS)
+	require.EqualValues(t, n, s.WriteBlocks(big, 0, unaligned(blocksData(big, 0, n, testBS))))
+	dio := obj("dio", 4*testBS)
+	require.Equal(t, 4, s.WriteBlocks(dio, 0, alignedBlocks(dio, 0, 4)))
+	wantChecks := 1
+	if direct == 0 { // the volume refused O_DIRECT: through the page cache
+		wantChecks++
+	}
+	assert.EqualValues(t, wantChecks, s.Stats().WholeChecks, "in parts, too large, or with O_DIRECT")
+	assert.False(t, checked(parts))
+	assert.False(t, checked(big))
+
+	// Bytes that are not those of their CRC (a buffer changed between
+	// the fetch's CRC and the write): the block is dropped at once.
+	bad := obj("bad", testBS)
+	p := unaligned(blocksData(bad, 0, 1, testBS))
+	crc := crc32.Checksum(p, castagnoli) ^ 1
+	require.Equal(t, 1, s.WriteBlocksCRC(bad, 0, p, []uint32{crc}))
+	assert.EqualValues(t, 1, s.Stats().CorruptBlocks)
+	assert.False(t, checked(bad))
+	assert.False(t, readOK(t, s, bad, 0), "dropped")
+	s.checkInvariants(t)
+
+	require.NoError(t, s.Close())
+	s = openT(t, Config{Dir: dir, CheckWrites: true}, hooks{})
+	assert.True(t, checked(o), "the check is in the index")
+	assert.False(t, checked(big))
+	require.NoError(t, s.Close())
+
+	s = openT(t, Config{Dir: t.TempDir()}, hooks{})
+	require.Equal(t, 4, s.WriteBlocks(o, 0, unaligned(blocksData(o, 0, 4, testBS))))
+	assert.Zero(t, s.Stats().WholeChecks, "no CheckWrites")
+	assert.False(t, checked(o))
+}
+
 func TestWriteErrorsDegradeGracefully(t *testing.T) {
 	dir := t.TempDir()
 	var fail error
@@ -101,12 +174,24 @@ func TestConcurrentFirstWrites(t *testing.T) {
 // alignedBlocks returns blocksData copied into a page-aligned buffer, as
 // readahead's pooled part buffers are.
 func alignedBlocks(o Key, first, count int64) []byte {
-	src := blocksData(o, first, count, testBS)
+	return aligned(blocksData(o, first, count, testBS))
+}
+
+// aligned returns a copy of src in a page-aligned buffer.
+func aligned(src []byte) []byte {
 	buf := make([]byte, len(src)+directAlign)
 	skip := (directAlign - int(uintptr(unsafe.Pointer(&buf[0]))%directAlign)) % directAlign
 	p := buf[skip : skip+len(src)]
 	copy(p, src)
 	return p
+}
+
+// unaligned returns a copy of src at an address no page starts at, which
+// is written through the page cache.
+func unaligned(src []byte) []byte {
+	buf := make([]byte, len(src)+1)
+	copy(buf[1:], src)
+	return buf[1:]
 }
 
 func isDirect(f *os.File) bool {
