@@ -193,6 +193,9 @@ func openCacheDir(cfg *flags.Config, log *slog.Logger, reg prometheus.Registerer
 		return nil, err
 	}
 	maxSize, minFree := cfg.CacheBudget(st.Blocks * uint64(st.Bsize))
+	// Whether the kernel should offer passthrough; the mount finds out
+	// for sure.
+	passthrough, _ := fs.PassthroughExpected()
 	return filecache.Open(filecache.Config{
 		Dir:       cfg.CacheDir,
 		MaxSize:   maxSize,
@@ -209,8 +212,9 @@ func openCacheDir(cfg *flags.Config, log *slog.Logger, reg prometheus.Registerer
 		// passthrough.
 		Splice: cfg.CachePassthrough,
 		// Passthrough's first open of a small file trusts the check
-		// its write made.
-		CheckWrites: cfg.CachePassthrough,
+		// its write made; on a kernel without passthrough nothing
+		// would.
+		CheckWrites: cfg.CachePassthrough && passthrough,
 	})
 }
 
