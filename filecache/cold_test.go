@@ -211,6 +211,11 @@ func TestColdSetCompactsInPlace(t *testing.T) {
 		c.add(key(i), uint64(i+1), 1)
 		order = append(slices.Delete(order, j, j+1), i)
 		most = max(most, len(c.chunks))
+		if rng.IntN(64) == 0 { // moves head past the gone slots before it
+			oldest, ok := c.oldest()
+			require.True(t, ok)
+			require.Equal(t, key(order[0]), oldest)
+		}
 	}
 	require.Equal(t, live, c.len())
 	assert.LessOrEqual(t, most*coldChunk, live*4/3+coldChunk, "slots allocated at most")
