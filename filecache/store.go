@@ -78,11 +78,11 @@ type Config struct {
 	// their CRC check since the store opened (splice.go). It costs an
 	// fstat per read, and per write to a file with checked blocks.
 	Splice bool
-	// CheckWrites has the write that makes an object of at most
-	// writeCheckMax bytes whole read its file back and check it, as
-	// WholeFile.Check would (write.go): for passthrough, whose first
-	// open of the file then needs no reads through the store to check
-	// it.
+	// CheckWrites has a write that stores every block of an object of
+	// at most writeCheckMax bytes through the page cache read the file
+	// back and check it, as WholeFile.Check would (write.go): for
+	// passthrough, whose first open of the file then needs no reads
+	// through the store to check it.
 	CheckWrites bool
 }
 
