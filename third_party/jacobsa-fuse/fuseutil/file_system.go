@@ -86,14 +86,17 @@ type FileSystem interface {
 // cf. https://tinyurl.com/bddm85v5, fuse-devel thread "Fuse guarantees on
 // concurrent requests").
 func NewFileSystemServer(fs FileSystem) fuse.Server {
-	return &fileSystemServer{
+	s := &fileSystemServer{
 		fs: fs,
 	}
+	s.workers = newWorkers(func(w work) { s.handleOp(w.c, w.ctx, w.op) })
+	return s
 }
 
 type fileSystemServer struct {
 	fs          FileSystem
 	opsInFlight sync.WaitGroup
+	workers     *workers
 }
 
 func (s *fileSystemServer) ServeOps(c *fuse.Connection) {
@@ -101,6 +104,7 @@ func (s *fileSystemServer) ServeOps(c *fuse.Connection) {
 	// destroying the file system.
 	defer func() {
 		s.opsInFlight.Wait()
+		s.workers.stop()
 		s.fs.Destroy()
 	}()
 
@@ -122,7 +126,7 @@ func (s *fileSystemServer) ServeOps(c *fuse.Connection) {
 			// cheap for the file system to handle
 			s.handleOp(c, ctx, op)
 		} else {
-			go s.handleOp(c, ctx, op)
+			s.workers.run(work{c, ctx, op})
 		}
 	}
 }
