@@ -37,6 +37,7 @@ type workers struct {
 	idle    chan work // unbuffered: a send succeeds only into an idle worker
 	nIdle   atomic.Int32
 	started atomic.Int64 // goroutines started, for tests
+	live    atomic.Int32 // goroutines not yet ended, for tests
 }
 
 type work struct {
@@ -56,12 +57,14 @@ func (ws *workers) run(w work) {
 	case ws.idle <- w:
 	default:
 		ws.started.Add(1)
+		ws.live.Add(1)
 		go ws.serve(w)
 	}
 }
 
 // serve handles w, then the work handed to it while it is idle.
 func (ws *workers) serve(w work) {
+	defer ws.live.Add(-1)
 	for {
 		ws.handle(w)
 		w = work{} // hold nothing while idle

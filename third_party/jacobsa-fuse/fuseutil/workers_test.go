@@ -15,7 +15,6 @@
 package fuseutil
 
 import (
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -32,22 +31,27 @@ func TestWorkersNeverQueue(t *testing.T) {
 	})
 	const n = 3 * maxIdleWorkers
 	started.Add(n)
-	for i := 0; i < n; i++ {
-		ws.run(work{})
-	}
+	handedOut := make(chan struct{})
+	go func() { // a run that waited would hang here, not the test
+		for i := 0; i < n; i++ {
+			ws.run(work{})
+		}
+		close(handedOut)
+	}()
+	waitClosed(t, handedOut, "run to hand out every op")
 	waitGroup(t, &started, "every blocked op to start")
-	close(release)
 	if got := ws.started.Load(); got != n {
 		t.Errorf("goroutines started: %d, want %d (one per op in flight)", got, n)
 	}
+	close(release)
 	ws.stop()
+	waitFor(t, func() bool { return ws.live.Load() == 0 }, "stop to end every worker")
 }
 
 // Ops that come one after another are served by the goroutines kept
 // from the ops before them; beyond maxIdleWorkers, finished goroutines
 // end; stop ends the idle ones.
 func TestWorkersAreKept(t *testing.T) {
-	before := runtime.NumGoroutine()
 	var done sync.WaitGroup
 	ws := newWorkers(func(w work) { done.Done() })
 	for i := 0; i < 10_000; i++ {
@@ -60,6 +64,8 @@ func TestWorkersAreKept(t *testing.T) {
 	if got := ws.started.Load(); got > 100 {
 		t.Errorf("10,000 ops one after another started %d goroutines", got)
 	}
+	ws.stop()
+	waitFor(t, func() bool { return ws.live.Load() == 0 }, "stop to end the idle workers")
 
 	release := make(chan struct{})
 	var started sync.WaitGroup
@@ -74,21 +80,15 @@ func TestWorkersAreKept(t *testing.T) {
 	}
 	waitGroup(t, &started, "every blocked op to start")
 	close(release)
-	waitFor(t, func() bool { return runtime.NumGoroutine() <= before+2*maxIdleWorkers+1 },
+	waitFor(t, func() bool { return ws2.live.Load() == maxIdleWorkers },
 		"finished workers beyond the idle bound to end")
-	if got := ws2.nIdle.Load(); got > maxIdleWorkers {
-		t.Errorf("%d idle workers, bound %d", got, maxIdleWorkers)
-	}
-
-	ws.stop()
+	waitFor(t, func() bool { return ws2.nIdle.Load() == maxIdleWorkers }, "the kept workers to be idle")
 	ws2.stop()
-	waitFor(t, func() bool { return runtime.NumGoroutine() <= before }, "stop to end the idle workers")
+	waitFor(t, func() bool { return ws2.live.Load() == 0 }, "stop to end the idle workers")
 }
 
-func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
-	ch := make(chan struct{})
-	go func() { wg.Wait(); close(ch) }()
 	select {
 	case <-ch:
 	case <-time.After(10 * time.Second):
@@ -96,11 +96,18 @@ func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
 	}
 }
 
+func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	waitClosed(t, ch, what)
+}
+
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (%d goroutines)", what, runtime.NumGoroutine())
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
